@@ -1,0 +1,48 @@
+# affinity: `make test` (everything CI runs) and `make demo` (the main job).
+# Each target does its own set-up on a fresh machine: Debian's zookeeper package, a virtualenv
+# with the project and its test extras, and (for the chart tests) the helm binary.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PKGS   := coordinator groupers metadata locality
+ZK_JAR := /usr/share/java/zookeeper.jar
+
+.PHONY: test demo lint typecheck unit venv zookeeper bench clean
+
+test: venv zookeeper lint typecheck
+	$(PY) -m pytest -q -p no:cacheprovider
+
+demo: venv zookeeper
+	$(VENV)/bin/affinity demo
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e examples/grouper_plugin
+	touch $@
+
+zookeeper:
+	@if [ ! -f $(ZK_JAR) ]; then \
+	  echo "installing Debian's zookeeper package (needed by the ZooKeeper tests)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "error: $(ZK_JAR) is missing and installing it needs root (apt-get install zookeeper)" >&2; exit 1; fi; \
+	  apt-get update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq zookeeper >/dev/null \
+	    || { echo "error: could not install Debian's zookeeper package; install it by hand (apt-get install zookeeper)" >&2; exit 1; }; \
+	fi
+	@test -f $(ZK_JAR) || { echo "error: $(ZK_JAR) still missing after install" >&2; exit 1; }
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check $(PKGS) tests benchmarks
+
+typecheck: venv
+	$(VENV)/bin/mypy $(PKGS)
+
+bench: venv zookeeper
+	$(PY) benchmarks/groupers.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,278 @@
+"""Job configuration: a YAML file, overridden by the environment, validated with pydantic-settings.
+
+The keys of DESIGN.md ("Command line") are the contract::
+
+    job: {name: clicks, id: "1", run_id: r1}
+    zookeeper: {connect: "127.0.0.1:2181", root: /affinity, session_timeout_ms: 10000}
+    inputs: [{system: kafka, stream: events, partitions: 16}]
+    ssp_grouper: {name: group-by-partition}
+    grouper: {name: host-affinity, options: {}}
+    coordinator: {debounce_ms: 2000, barrier_timeout_ms: 30000, processor_grace_ms: 0}
+
+Every key can also come from the environment, so a pod can be configured from a ConfigMap or a
+Secret: ``AFFINITY_<SECTION>__<KEY>`` (e.g. ``AFFINITY_COORDINATOR__DEBOUNCE_MS=500``) and the
+short names in :data:`ENV_ALIASES` (e.g. ``AFFINITY_ZK_CONNECT``). The environment wins over the
+file. A bad value raises :class:`ConfigError` naming the key, e.g.
+``coordinator.debounce_ms: Input should be greater than or equal to 0 (got -5)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
+
+from metadata.model import StreamInput
+
+__all__ = ["ENV_ALIASES", "ConfigError", "JobConfig", "load_config"]
+
+
+class ConfigError(ValueError):
+    """The job configuration is unusable; the message names each bad key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobSection(_Section):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    id: str = Field(default="1", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    run_id: str = Field(default="run-1", min_length=1)
+
+
+class ZooKeeperSection(_Section):
+    connect: str = "127.0.0.1:2181"
+    root: str = "/affinity"
+    session_timeout_ms: int = Field(default=10000, ge=1000, le=600000)
+    connect_timeout_ms: int = Field(default=15000, ge=100)
+    # "user:password" for a digest ACL on every node this job creates; empty = open ACL.
+    auth: str = ""
+    use_ssl: bool = False
+    ca: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    verify_certs: bool = True
+
+    @field_validator("root")
+    @classmethod
+    def _root_is_absolute(cls, value: str) -> str:
+        if not value.startswith("/") or (len(value) > 1 and value.endswith("/")):
+            raise ValueError("must be an absolute path without a trailing slash, like /affinity")
+        return value
+
+    @field_validator("auth")
+    @classmethod
+    def _auth_is_user_password(cls, value: str) -> str:
+        if value and ":" not in value:
+            raise ValueError("must be 'user:password'")
+        return value
+
+
+class InputSection(_Section):
+    system: str = Field(min_length=1)
+    stream: str = Field(min_length=1)
+    partitions: int = Field(ge=1)
+
+    def to_stream_input(self) -> StreamInput:
+        return StreamInput(self.system, self.stream, self.partitions)
+
+
+class SspGrouperSection(_Section):
+    name: str = "group-by-partition"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class GrouperSection(_Section):
+    name: str = "host-affinity"
+    options: dict[str, Any] = Field(default_factory=dict)
+    timeout_ms: int = Field(default=30000, ge=1)
+
+
+class CoordinatorSection(_Section):
+    debounce_ms: int = Field(default=2000, ge=0)
+    # A stream of membership changes cannot postpone a rebalance beyond this (SAMZA-2633).
+    debounce_max_ms: int = Field(default=10000, ge=0)
+    barrier_timeout_ms: int = Field(default=30000, ge=1)
+    # How long a vanished processor's tasks wait for it (or a new processor at its location).
+    processor_grace_ms: int = Field(default=0, ge=0)
+    retention: int = Field(default=10, ge=1)
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+
+
+class LoggingSection(_Section):
+    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+#: Short environment names (as DESIGN.md promises) -> (section, key).
+ENV_ALIASES: Mapping[str, tuple[str, str]] = {
+    "AFFINITY_ZK_CONNECT": ("zookeeper", "connect"),
+    "AFFINITY_ZK_ROOT": ("zookeeper", "root"),
+    "AFFINITY_ZK_SESSION_TIMEOUT_MS": ("zookeeper", "session_timeout_ms"),
+    "AFFINITY_ZK_AUTH": ("zookeeper", "auth"),
+    "AFFINITY_ZK_USE_SSL": ("zookeeper", "use_ssl"),
+    "AFFINITY_ZK_CA": ("zookeeper", "ca"),
+    "AFFINITY_ZK_CERTFILE": ("zookeeper", "certfile"),
+    "AFFINITY_ZK_KEYFILE": ("zookeeper", "keyfile"),
+    "AFFINITY_JOB_NAME": ("job", "name"),
+    "AFFINITY_JOB_ID": ("job", "id"),
+    "AFFINITY_RUN_ID": ("job", "run_id"),
+    "AFFINITY_GROUPER": ("grouper", "name"),
+    "AFFINITY_DEBOUNCE_MS": ("coordinator", "debounce_ms"),
+    "AFFINITY_DEBOUNCE_MAX_MS": ("coordinator", "debounce_max_ms"),
+    "AFFINITY_BARRIER_TIMEOUT_MS": ("coordinator", "barrier_timeout_ms"),
+    "AFFINITY_PROCESSOR_GRACE_MS": ("coordinator", "processor_grace_ms"),
+    "AFFINITY_HTTP_PORT": ("coordinator", "http_port"),
+    "AFFINITY_LOG_FORMAT": ("logging", "format"),
+    "AFFINITY_LOG_LEVEL": ("logging", "level"),
+}
+
+
+class _AliasSource(PydanticBaseSettingsSource):
+    """Reads the short environment names of :data:`ENV_ALIASES`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._environ = environ
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ does the work
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, dict[str, str]] = {}
+        for env, (section, key) in ENV_ALIASES.items():
+            if env in self._environ:
+                values.setdefault(section, {})[key] = self._environ[env]
+        return values
+
+
+class _EnvSource(EnvSettingsSource):
+    """``AFFINITY_<SECTION>__<KEY>`` from a given environment instead of ``os.environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._given_environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._given_environ, False, False, None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], data: Mapping[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = dict(data)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self._data
+
+
+# (file data, environment) for the JobConfig being built by load_config.
+_SOURCES: ContextVar[tuple[Mapping[str, Any], Mapping[str, str]]] = ContextVar(
+    "_SOURCES", default=({}, {})
+)
+
+
+class JobConfig(BaseSettings):
+    """The whole job configuration (see the module docstring)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AFFINITY_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    job: JobSection
+    zookeeper: ZooKeeperSection = Field(default_factory=ZooKeeperSection)
+    inputs: list[InputSection] = Field(default_factory=list)
+    ssp_grouper: SspGrouperSection = Field(default_factory=SspGrouperSection)
+    grouper: GrouperSection = Field(default_factory=GrouperSection)
+    coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        file_data, environ = _SOURCES.get()
+        # Earlier sources win: explicit arguments, short env names, nested env names, the file.
+        return (
+            init_settings,
+            _AliasSource(settings_cls, environ),
+            _EnvSource(settings_cls, environ),
+            _FileSource(settings_cls, file_data),
+        )
+
+    @property
+    def job_folder(self) -> str:
+        """The job's ZooKeeper folder: ``<root>/<job-name>-<job-id>``."""
+        root = self.zookeeper.root.rstrip("/")
+        return f"{root}/{self.job.name}-{self.job.id}"
+
+    def stream_inputs(self) -> list[StreamInput]:
+        return [i.to_stream_input() for i in self.inputs]
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "<top level>"
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown key"
+        got = err.get("input")
+        detail = f" (got {got!r})" if err["type"] != "missing" and not isinstance(got, dict) else ""
+        lines.append(f"{where}: {message}{detail}")
+    return f"invalid configuration in {source}: " + "; ".join(lines)
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> JobConfig:
+    """Load the job configuration from a YAML file (or ``data``), overridden by ``environ``."""
+    source = str(path) if path is not None else "<data>"
+    file_data: Any = dict(data or {})
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {source}: {exc.strerror}") from None
+        try:
+            file_data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"configuration file {source} is not valid YAML: {exc}") from None
+        if not isinstance(file_data, dict):
+            raise ConfigError(f"configuration file {source} must hold a mapping at the top level")
+    env = dict(os.environ if environ is None else environ)
+    token = _SOURCES.set((file_data, env))
+    try:
+        return JobConfig()
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None
+    finally:
+        _SOURCES.reset(token)

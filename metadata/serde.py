@@ -1,0 +1,218 @@
+"""Job-model JSON, format 1 (see docs/design.md and DESIGN.md "Job-model format").
+
+Writers emit every field. Readers are lenient where the format allows (unknown fields are ignored,
+a partition without ``key_bucket`` is the whole partition, a legacy ``container_id`` is ignored)
+and strict everywhere else: malformed input raises :class:`JobModelFormatError` naming the field
+path and the problem, e.g. ``containers.p-1.tasks.Partition 0.partitions[0].partition: expected
+an integer, got 'x'``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metadata.errors import JobModelFormatError
+from metadata.model import (
+    ContainerModel,
+    FrozenMap,
+    JobModel,
+    SystemStreamPartition,
+    TaskModel,
+)
+
+__all__ = [
+    "FORMAT",
+    "JobModelDocument",
+    "JobModelFormatError",
+    "dump_job_model",
+    "job_model_from_dict",
+    "job_model_to_dict",
+    "load_job_model",
+    "load_job_model_document",
+    "task_from_dict",
+    "task_to_dict",
+]
+
+FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class JobModelDocument:
+    """A decoded job-model document: the model plus the envelope fields of format 1."""
+
+    model: JobModel
+    run_id: str = ""
+    grouper: str = ""
+
+
+# ---------------------------------------------------------------- writing
+
+
+def ssp_to_dict(ssp: SystemStreamPartition) -> dict[str, Any]:
+    return {
+        "system": ssp.system,
+        "stream": ssp.stream,
+        "partition": ssp.partition,
+        "key_bucket": ssp.key_bucket,
+    }
+
+
+def task_to_dict(task: TaskModel) -> dict[str, Any]:
+    return {
+        "name": task.name,
+        "changelog_partition": task.changelog_partition,
+        "partitions": [ssp_to_dict(s) for s in sorted(task.partitions)],
+    }
+
+
+def job_model_to_dict(model: JobModel, *, run_id: str = "", grouper: str = "") -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": model.version,
+        "run_id": run_id,
+        "grouper": grouper,
+        "config": dict(model.config),
+        "containers": {
+            pid: {
+                "processor_id": c.processor_id,
+                "location_id": c.location_id,
+                "tasks": {name: task_to_dict(t) for name, t in sorted(c.tasks.items())},
+            }
+            for pid, c in sorted(model.containers.items())
+        },
+    }
+
+
+def dump_job_model(model: JobModel, *, run_id: str = "", grouper: str = "") -> bytes:
+    """Serialise ``model`` as compact UTF-8 JSON (deterministic: keys sorted by name)."""
+    document = job_model_to_dict(model, run_id=run_id, grouper=grouper)
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _get(obj: Mapping[str, Any], key: str, path: str, *, default: Any = ...) -> Any:
+    if key in obj:
+        return obj[key]
+    if default is ...:
+        raise JobModelFormatError(f"{path}.{key}" if path else key, "missing required field")
+    return default
+
+
+def _str(value: Any, path: str, *, nullable: bool = False) -> Any:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise JobModelFormatError(path, f"expected a string, got {_describe(value)}")
+    return value
+
+
+def _int(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobModelFormatError(path, f"expected an integer, got {_describe(value)}")
+    return value
+
+
+def _obj(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise JobModelFormatError(path or "<document>", f"expected an object, got {_describe(value)}")
+    return value
+
+
+def _ssp_from_dict(value: Any, path: str) -> SystemStreamPartition:
+    obj = _obj(value, path)
+    system = _str(_get(obj, "system", path), f"{path}.system")
+    stream = _str(_get(obj, "stream", path), f"{path}.stream")
+    partition = _int(_get(obj, "partition", path), f"{path}.partition")
+    key_bucket = _int(_get(obj, "key_bucket", path, default=-1), f"{path}.key_bucket")
+    try:
+        return SystemStreamPartition(system, stream, partition, key_bucket)
+    except ValueError as exc:
+        raise JobModelFormatError(path, str(exc)) from None
+
+
+def task_from_dict(value: Any, path: str = "task") -> TaskModel:
+    """Decode one TaskModel (as written by :func:`task_to_dict`)."""
+    obj = _obj(value, path)
+    name = _str(_get(obj, "name", path), f"{path}.name")
+    changelog = _int(_get(obj, "changelog_partition", path, default=-1), f"{path}.changelog_partition")
+    raw_partitions = _get(obj, "partitions", path, default=[])
+    if not isinstance(raw_partitions, list):
+        raise JobModelFormatError(f"{path}.partitions", f"expected a list, got {_describe(raw_partitions)}")
+    partitions = frozenset(
+        _ssp_from_dict(p, f"{path}.partitions[{i}]") for i, p in enumerate(raw_partitions)
+    )
+    try:
+        return TaskModel(name, partitions, changelog)
+    except ValueError as exc:
+        raise JobModelFormatError(path, str(exc)) from None
+
+
+def _container_from_dict(pid: str, value: Any, path: str) -> ContainerModel:
+    obj = _obj(value, path)
+    processor_id = _str(_get(obj, "processor_id", path, default=pid), f"{path}.processor_id")
+    if processor_id != pid:
+        raise JobModelFormatError(
+            f"{path}.processor_id", f"{processor_id!r} differs from its key {pid!r}"
+        )
+    location = _str(_get(obj, "location_id", path, default=None), f"{path}.location_id", nullable=True)
+    raw_tasks = _obj(_get(obj, "tasks", path, default={}), f"{path}.tasks")
+    tasks: dict[str, TaskModel] = {}
+    for name, raw in raw_tasks.items():
+        task = task_from_dict(raw, f"{path}.tasks.{name}")
+        if task.name != name:
+            raise JobModelFormatError(f"{path}.tasks.{name}.name", f"{task.name!r} differs from its key")
+        tasks[name] = task
+    return ContainerModel(processor_id, location, FrozenMap(tasks))
+
+
+def job_model_from_dict(value: Any) -> JobModelDocument:
+    """Decode a format-1 document (already parsed from JSON)."""
+    obj = _obj(value, "")
+    fmt = _int(_get(obj, "format", ""), "format")
+    if fmt != FORMAT:
+        raise JobModelFormatError("format", f"unsupported format {fmt} (this reader knows {FORMAT})")
+    version = _int(_get(obj, "version", ""), "version")
+    if version < 0:
+        raise JobModelFormatError("version", f"must be >= 0, got {version}")
+    run_id = _str(_get(obj, "run_id", "", default=""), "run_id")
+    grouper = _str(_get(obj, "grouper", "", default=""), "grouper")
+    raw_config = _obj(_get(obj, "config", "", default={}), "config")
+    config = {k: _str(v, f"config.{k}") for k, v in raw_config.items()}
+    raw_containers = _obj(_get(obj, "containers", ""), "containers")
+    containers: dict[str, ContainerModel] = {}
+    seen: dict[str, str] = {}
+    for pid, raw in raw_containers.items():
+        container = _container_from_dict(pid, raw, f"containers.{pid}")
+        for name in container.tasks:
+            if name in seen:
+                raise JobModelFormatError(
+                    f"containers.{pid}.tasks.{name}", f"task also assigned to {seen[name]!r}"
+                )
+            seen[name] = pid
+        containers[pid] = container
+    model = JobModel(version, FrozenMap(containers), FrozenMap(config))
+    return JobModelDocument(model, run_id, grouper)
+
+
+def load_job_model_document(data: bytes | str) -> JobModelDocument:
+    """Parse JSON bytes/text into a :class:`JobModelDocument`."""
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise JobModelFormatError("<document>", f"not valid JSON: {exc}") from None
+    return job_model_from_dict(value)
+
+
+def load_job_model(data: bytes | str) -> JobModel:
+    """Parse JSON bytes/text into a :class:`JobModel`."""
+    return load_job_model_document(data).model
