@@ -107,7 +107,9 @@ def validate(
     """
     problems: list[str] = []
     if not isinstance(containers, Collection) or isinstance(containers, str | bytes | Mapping):
-        raise InvalidAssignment([f"expected a set of ContainerModel, got {type(containers).__name__}"])
+        raise InvalidAssignment(
+            [f"expected a set of ContainerModel, got {type(containers).__name__}"]
+        )
     wanted: dict[str, TaskModel] = {}
     for task in tasks:
         wanted[task.name] = task

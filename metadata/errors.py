@@ -10,7 +10,7 @@ class MetadataError(Exception):
 
 
 class JobModelFormatError(MetadataError, ValueError):
-    """A job-model document does not follow the format: ``field`` names the path, ``problem`` what."""
+    """A job-model document breaks the format: ``field`` names the path, ``problem`` says what."""
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")

@@ -13,9 +13,9 @@ rebalances are skipped by equality) and used in sets (a grouper returns ``set[Co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "ContainerModel",
@@ -51,6 +51,19 @@ class FrozenMap(Mapping[K, V]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._data
+
+    # Direct delegation: the Mapping mixins go through __getitem__ and are several times slower.
+    def get(self, key: K, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def keys(self) -> KeysView[K]:
+        return self._data.keys()
+
+    def values(self) -> ValuesView[V]:
+        return self._data.values()
+
+    def items(self) -> ItemsView[K, V]:
+        return self._data.items()
 
     def __hash__(self) -> int:
         if self._hash is None:
@@ -99,7 +112,8 @@ class TaskModel:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("task name must not be empty")
-        if not isinstance(self.partitions, frozenset):
+        given: object = self.partitions  # callers may pass any iterable of partitions
+        if not isinstance(given, frozenset):
             object.__setattr__(self, "partitions", frozenset(self.partitions))
 
 
@@ -136,7 +150,8 @@ class JobModel:
         for pid, container in self.containers.items():
             if pid != container.processor_id:
                 raise ValueError(
-                    f"container key {pid!r} differs from its processor_id {container.processor_id!r}"
+                    f"container key {pid!r} differs from its processor_id "
+                    f"{container.processor_id!r}"
                 )
 
     @property

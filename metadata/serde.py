@@ -124,7 +124,9 @@ def _int(value: Any, path: str) -> int:
 
 def _obj(value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise JobModelFormatError(path or "<document>", f"expected an object, got {_describe(value)}")
+        raise JobModelFormatError(
+            path or "<document>", f"expected an object, got {_describe(value)}"
+        )
     return value
 
 
@@ -144,10 +146,14 @@ def task_from_dict(value: Any, path: str = "task") -> TaskModel:
     """Decode one TaskModel (as written by :func:`task_to_dict`)."""
     obj = _obj(value, path)
     name = _str(_get(obj, "name", path), f"{path}.name")
-    changelog = _int(_get(obj, "changelog_partition", path, default=-1), f"{path}.changelog_partition")
+    changelog = _int(
+        _get(obj, "changelog_partition", path, default=-1), f"{path}.changelog_partition"
+    )
     raw_partitions = _get(obj, "partitions", path, default=[])
     if not isinstance(raw_partitions, list):
-        raise JobModelFormatError(f"{path}.partitions", f"expected a list, got {_describe(raw_partitions)}")
+        raise JobModelFormatError(
+            f"{path}.partitions", f"expected a list, got {_describe(raw_partitions)}"
+        )
     partitions = frozenset(
         _ssp_from_dict(p, f"{path}.partitions[{i}]") for i, p in enumerate(raw_partitions)
     )
@@ -164,13 +170,17 @@ def _container_from_dict(pid: str, value: Any, path: str) -> ContainerModel:
         raise JobModelFormatError(
             f"{path}.processor_id", f"{processor_id!r} differs from its key {pid!r}"
         )
-    location = _str(_get(obj, "location_id", path, default=None), f"{path}.location_id", nullable=True)
+    location = _str(
+        _get(obj, "location_id", path, default=None), f"{path}.location_id", nullable=True
+    )
     raw_tasks = _obj(_get(obj, "tasks", path, default={}), f"{path}.tasks")
     tasks: dict[str, TaskModel] = {}
     for name, raw in raw_tasks.items():
         task = task_from_dict(raw, f"{path}.tasks.{name}")
         if task.name != name:
-            raise JobModelFormatError(f"{path}.tasks.{name}.name", f"{task.name!r} differs from its key")
+            raise JobModelFormatError(
+                f"{path}.tasks.{name}.name", f"{task.name!r} differs from its key"
+            )
         tasks[name] = task
     return ContainerModel(processor_id, location, FrozenMap(tasks))
 
@@ -180,7 +190,9 @@ def job_model_from_dict(value: Any) -> JobModelDocument:
     obj = _obj(value, "")
     fmt = _int(_get(obj, "format", ""), "format")
     if fmt != FORMAT:
-        raise JobModelFormatError("format", f"unsupported format {fmt} (this reader knows {FORMAT})")
+        raise JobModelFormatError(
+            "format", f"unsupported format {fmt} (this reader knows {FORMAT})"
+        )
     version = _int(_get(obj, "version", ""), "version")
     if version < 0:
         raise JobModelFormatError("version", f"must be >= 0, got {version}")
