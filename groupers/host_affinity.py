@@ -103,8 +103,10 @@ class _Slots:
         self.free = free
 
 
-# A task its processor may give up: (closeness to that processor's location, task, processor).
-_Candidate = tuple[int, str, str]
+# A task its processor may give up: (closeness to that processor's location, task, processor,
+# whether it is local there). Local ones only ever make optional sheds: forced sheds beyond the
+# non-local tasks were turned into moving tasks up front.
+_Candidate = tuple[int, str, str, bool]
 
 
 class _Node:
@@ -195,7 +197,7 @@ def assign(
             if where == here and here:
                 local.append(name)
             else:
-                nodes[where].candidates.append((common_depth(where, here), name, pid))
+                nodes[where].candidates.append((common_depth(where, here), name, pid, False))
         non_local = len(kept[pid]) - len(local)
         # Sheds beyond the non-local tasks must give up local ones: they move for certain, so
         # they join the moving tasks at this location (the last names go).
@@ -211,7 +213,9 @@ def assign(
             may_shed[pid] = optional
             # Local tasks are interchangeable here and at most ``optional`` of them can go.
             depth = len(here)
-            node.candidates.extend((depth, name, pid) for name in local[len(local) - optional :])
+            node.candidates.extend(
+                (depth, name, pid, True) for name in local[len(local) - optional :]
+            )
 
     placed: dict[str, list[str]] = {pid: [] for pid in processors}
 
@@ -256,10 +260,10 @@ def assign(
         node.candidates.sort()
         remaining: list[_Candidate] = []
         for candidate in node.candidates:
-            _, name, pid = candidate
+            _, name, pid, is_local = candidate
             if not wanted(candidate, depth):
                 remaining.append(candidate)
-            elif must_shed.get(pid) and place_one(name, node, True):
+            elif not is_local and must_shed.get(pid) and place_one(name, node, True):
                 must_shed[pid] -= 1
                 given_up.add(name)
                 lossy_forced[pid] = max(0, lossy_forced.get(pid, 0) - (candidate[0] > depth))
@@ -320,7 +324,7 @@ def assign(
     for slot in root.optional:
         second[processor_path[slot.processor_id]].optional.append(slot)
     for candidate in root.candidates:
-        closeness, name, pid = candidate
+        closeness, _, pid, _ = candidate
         second[processor_path[pid][:closeness]].candidates.append(candidate)
     second[()].tasks.extend(root.tasks)
 
@@ -330,7 +334,7 @@ def assign(
     # How many sheds must lose locality: those that a task with nothing to lose (a location
     # sharing nothing with its processor's) cannot make instead.
     nothing_to_lose: dict[str, int] = defaultdict(int)
-    for closeness, _, pid in second[()].candidates:
+    for closeness, _, pid, _ in second[()].candidates:
         if closeness == 0:
             nothing_to_lose[pid] += 1
     for pid, left in must_shed.items():
@@ -341,10 +345,10 @@ def assign(
     # B2: the sheds that must lose, nearest first (deepest common node with some room).
     def lossy(candidate: _Candidate, depth: int) -> bool:
         nonlocal lossy_supply
-        closeness, _, pid = candidate
+        closeness, _, pid, is_local = candidate
         if closeness == 0:
             return False
-        if lossy_forced.get(pid):
+        if lossy_forced.get(pid) and not is_local:
             return True
         if lossy_supply and may_shed.get(pid) and not must_shed.get(pid):
             lossy_supply -= 1

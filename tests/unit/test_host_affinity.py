@@ -45,8 +45,23 @@ def local(md: GrouperMetadata, containers: set[ContainerModel], level: int | Non
     return total
 
 
+def weights(t: int) -> tuple[int, int]:
+    """(per move, base): a move outweighs all locality; each level outweighs the ones above."""
+    base = t + 1
+    return base**3 + 1, base
+
+
+def locality_score(recorded: str, here: str, base: int, levels: bool) -> int:
+    """Exact location first, then (with ``levels``) the rack, then the zone: lexicographic."""
+    score = base * base * (recorded == here)
+    if levels:
+        shared = common_depth(location_path(recorded), location_path(here))
+        score += base * (shared >= 2) + (shared >= 1)
+    return score
+
+
 def optimum(tasks: list[TaskModel], md: GrouperMetadata, *, zone_level: bool) -> int:
-    """Min cost of a balanced assignment: W per move, -K per exact location, -1 per zone match.
+    """Min cost of a balanced assignment: moves first, then exact locations, then rack, zone.
 
     An independent oracle: a min-cost flow over every (task, processor) pair with the balance
     constraint (each processor floor or ceil, exactly T mod P at ceil).
@@ -54,8 +69,7 @@ def optimum(tasks: list[TaskModel], md: GrouperMetadata, *, zone_level: bool) ->
     processors = sorted(md.processor_locality)
     t, p = len(tasks), len(processors)
     floor, extra = divmod(t, p)
-    k = t + 1
-    w = k * (t + 1) + t + 1
+    move, base = weights(t)
     graph = nx.DiGraph()
     graph.add_node("source", demand=-t)
     graph.add_node("sink", demand=t)
@@ -63,12 +77,9 @@ def optimum(tasks: list[TaskModel], md: GrouperMetadata, *, zone_level: bool) ->
         graph.add_edge("source", ("t", item.name), capacity=1, weight=0)
         recorded = md.task_locality.get(item.name)
         for pid in processors:
-            cost = 0 if md.previous_task_to_processor.get(item.name) == pid else w
+            cost = 0 if md.previous_task_to_processor.get(item.name) == pid else move
             if recorded is not None:
-                here = md.processor_locality[pid]
-                cost -= k * (recorded == here)
-                if zone_level:
-                    cost -= common_depth(location_path(recorded), location_path(here)) >= 1
+                cost -= locality_score(recorded, md.processor_locality[pid], base, zone_level)
             graph.add_edge(("t", item.name), ("p", pid), capacity=1, weight=cost)
     for pid in processors:
         graph.add_edge(("p", pid), "sink", capacity=floor, weight=0)
@@ -99,12 +110,13 @@ def our_cost(
     *,
     zone_level: bool,
 ) -> int:
-    t = len(tasks)
-    k = t + 1
-    w = k * (t + 1) + t + 1
-    cost = w * moved(md, containers) - k * local(md, containers)
-    if zone_level:
-        cost -= local(md, containers, level=1)
+    move, base = weights(len(tasks))
+    cost = move * moved(md, containers)
+    where = md.processor_locality
+    for name, pid in owners(containers).items():
+        recorded = md.task_locality.get(name)
+        if recorded is not None:
+            cost -= locality_score(recorded, where[pid], base, zone_level)
     return cost
 
 

@@ -1,0 +1,151 @@
+"""`affinity plan`: the dry run, its JSON, and its errors (exit code 2 naming the problem)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import main
+from metadata.serde import load_job_model_document
+
+SNAPSHOT = {
+    "tasks": [
+        "Partition 0",
+        "Partition 1",
+        "Partition 2",
+        {
+            "name": "Partition 3",
+            "partitions": [{"system": "kafka", "stream": "events", "partition": 3}],
+        },
+    ],
+    "processor_locality": {
+        "p-1": "zone-a/host-1",
+        "p-2": "zone-a/host-2",
+        "p-3-new": "zone-b/host-3",
+    },
+    "task_locality": {
+        "Partition 0": "zone-a/host-1",
+        "Partition 1": "zone-a/host-1",
+        "Partition 2": "zone-b/host-3",
+        "Partition 3": "zone-a/host-2",
+    },
+    "previous_task_to_processor": {
+        "Partition 0": "p-1",
+        "Partition 1": "p-1",
+        "Partition 2": "p-3-old",
+        "Partition 3": "p-2",
+    },
+    "version": 6,
+}
+
+
+def write(tmp_path: Path, content: object) -> str:
+    path = tmp_path / "snapshot.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+def test_plan_json_is_the_job_model_of_the_next_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["plan", "--grouper", "host-affinity", "--input", write(tmp_path, SNAPSHOT), "--json"])
+        == 0
+    )
+    document = load_job_model_document(capsys.readouterr().out)
+    assert document.model.version == 7
+    assert document.grouper == "host-affinity"
+    owner = document.model.task_to_processor()
+    # The restarted processor's task follows its location to the new id.
+    assert owner == {
+        "Partition 0": "p-1",
+        "Partition 1": "p-1",
+        "Partition 2": "p-3-new",
+        "Partition 3": "p-2",
+    }
+    assert document.model.containers["p-2"].tasks["Partition 3"].partitions
+
+
+def test_plan_summary_reports_moves_locality_and_balance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--grouper", "round-robin", "--input", write(tmp_path, SNAPSHOT)]) == 0
+    out = capsys.readouterr().out
+    assert "version        7" in out
+    assert "tasks          4 on 3 processors" in out
+    assert "balance        min 1, max 2" in out
+    assert "moved" in out and "locality kept" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ([], "must be a JSON object"),
+        ({"tasks": "Partition 0"}, "tasks: expected a list"),
+        ({"tasks": ["a", "a"], "processor_locality": {"p": "h"}}, "listed twice"),
+        (
+            {
+                "tasks": [
+                    {"name": "t", "partitions": [{"system": "k", "stream": "s", "partition": "x"}]}
+                ],
+                "processor_locality": {"p": "h"},
+            },
+            "tasks[0].partitions[0].partition: expected an integer",
+        ),
+        (
+            {"tasks": ["a"], "processor_locality": {"p": 3}},
+            "processor_locality.p: expected a string",
+        ),
+        ({"tasks": ["a"]}, "no live processor"),
+        ({"tasks": [], "version": -1}, "version: expected a whole number"),
+    ],
+)
+def test_bad_snapshots_exit_2_naming_the_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: object, message: str
+) -> None:
+    assert main(["plan", "--grouper", "host-affinity", "--input", write(tmp_path, content)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_grouper_and_bad_option_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, SNAPSHOT)
+    assert main(["plan", "--grouper", "nope", "--input", path]) == 2
+    assert "unknown grouper 'nope'; known groupers: host-affinity" in capsys.readouterr().err
+    assert (
+        main(
+            ["plan", "--grouper", "host-affinity", "--input", path, "--option", "balance_slack=-2"]
+        )
+        == 2
+    )
+    assert "balance_slack must be >= 0" in capsys.readouterr().err
+    assert (
+        main(["plan", "--grouper", "host-affinity", "--input", str(tmp_path / "missing.json")]) == 2
+    )
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_console_script_runs_end_to_end(tmp_path: Path) -> None:
+    affinity = Path(sys.executable).with_name("affinity")
+    proc = subprocess.run(
+        [
+            str(affinity),
+            "plan",
+            "--grouper",
+            "host-affinity",
+            "--input",
+            write(tmp_path, SNAPSHOT),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert load_job_model_document(proc.stdout).model.version == 7
