@@ -8,9 +8,9 @@ PY     := $(VENV)/bin/python
 PKGS   := coordinator groupers metadata locality
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: test demo lint typecheck unit venv zookeeper bench clean
+.PHONY: test demo lint typecheck unit venv zookeeper helm bench clean
 
-test: venv zookeeper lint typecheck
+test: venv zookeeper helm lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
 
 demo: venv zookeeper
@@ -33,6 +33,9 @@ zookeeper:
 	    || { echo "error: could not install Debian's zookeeper package; install it by hand (apt-get install zookeeper)" >&2; exit 1; }; \
 	fi
 	@test -f $(ZK_JAR) || { echo "error: $(ZK_JAR) still missing after install" >&2; exit 1; }
+
+helm: venv
+	PYTHON=$(PY) scripts/install-helm.sh
 
 lint: venv
 	$(VENV)/bin/ruff check .
