@@ -31,6 +31,7 @@ from pydantic_settings import (
     EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
@@ -168,7 +169,10 @@ class _EnvSource(EnvSettingsSource):
         super().__init__(settings_cls)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
-        return parse_env_vars(self._given_environ, False, False, None)
+        # The short names of ENV_ALIASES are not sections: AFFINITY_GROUPER names the grouper,
+        # it is not the whole ``grouper`` section as JSON.
+        environ = {k: v for k, v in self._given_environ.items() if k.upper() not in ENV_ALIASES}
+        return parse_env_vars(environ, False, False, None)
 
 
 class _FileSource(PydanticBaseSettingsSource):
@@ -259,9 +263,11 @@ def load_config(
     file_data: Any = dict(data or {})
     if path is not None:
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read configuration file {source}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"configuration file {source} is not UTF-8 text: {exc}") from None
         try:
             file_data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
@@ -274,5 +280,7 @@ def load_config(
         return JobConfig()  # type: ignore[call-arg]  # fields come from the sources
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source)) from None
+    except SettingsError as exc:  # an AFFINITY_<SECTION> value that is not JSON
+        raise ConfigError(f"invalid configuration in the environment: {exc}") from None
     finally:
         _SOURCES.reset(token)

@@ -74,7 +74,7 @@ def job_model_to_dict(model: JobModel, *, run_id: str = "", grouper: str = "") -
         "version": model.version,
         "run_id": run_id,
         "grouper": grouper,
-        "config": dict(model.config),
+        "config": dict(sorted(model.config.items())),
         "containers": {
             pid: {
                 "processor_id": c.processor_id,
@@ -182,7 +182,10 @@ def _container_from_dict(pid: str, value: Any, path: str) -> ContainerModel:
                 f"{path}.tasks.{name}.name", f"{task.name!r} differs from its key"
             )
         tasks[name] = task
-    return ContainerModel(processor_id, location, FrozenMap(tasks))
+    try:
+        return ContainerModel(processor_id, location, FrozenMap(tasks))
+    except ValueError as exc:
+        raise JobModelFormatError(path, str(exc)) from None
 
 
 def job_model_from_dict(value: Any) -> JobModelDocument:
@@ -220,7 +223,7 @@ def load_job_model_document(data: bytes | str) -> JobModelDocument:
     """Parse JSON bytes/text into a :class:`JobModelDocument`."""
     try:
         value = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge numbers
         raise JobModelFormatError("<document>", f"not valid JSON: {exc}") from None
     return job_model_from_dict(value)
 

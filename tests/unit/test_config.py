@@ -1,0 +1,406 @@
+"""coordinator.config: the YAML job config, environment overrides, validation, derived values."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from coordinator.config import ENV_ALIASES, ConfigError, JobConfig, load_config
+from metadata.model import StreamInput
+
+FULL_YAML = """\
+job: {name: clicks, id: "1", run_id: r1}
+zookeeper: {connect: "127.0.0.1:2181", root: /affinity, session_timeout_ms: 10000}
+inputs: [{system: kafka, stream: events, partitions: 16}]
+ssp_grouper: {name: group-by-partition}
+grouper: {name: host-affinity, options: {}}
+coordinator: {debounce_ms: 2000, barrier_timeout_ms: 30000, processor_grace_ms: 0}
+"""
+
+MINIMAL = {"job": {"name": "clicks"}}
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "job.yaml") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def config_error(*args: Any, **kwargs: Any) -> str:
+    kwargs.setdefault("environ", {})
+    with pytest.raises(ConfigError) as info:
+        load_config(*args, **kwargs)
+    assert isinstance(info.value, ValueError)
+    return str(info.value)
+
+
+def with_section(section: str, **values: Any) -> dict[str, Any]:
+    return {"job": {"name": "clicks"}, section: values}
+
+
+# ---------------------------------------------------------------- loading
+
+
+def test_full_design_yaml_loads(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, FULL_YAML), environ={})
+    assert isinstance(config, JobConfig)
+    assert (config.job.name, config.job.id, config.job.run_id) == ("clicks", "1", "r1")
+    assert config.zookeeper.connect == "127.0.0.1:2181"
+    assert config.zookeeper.root == "/affinity"
+    assert config.zookeeper.session_timeout_ms == 10000
+    assert len(config.inputs) == 1
+    assert (config.inputs[0].system, config.inputs[0].stream) == ("kafka", "events")
+    assert config.inputs[0].partitions == 16
+    assert config.ssp_grouper.name == "group-by-partition"
+    assert config.grouper.name == "host-affinity"
+    assert config.grouper.options == {}
+    assert config.coordinator.debounce_ms == 2000
+    assert config.coordinator.barrier_timeout_ms == 30000
+    assert config.coordinator.processor_grace_ms == 0
+    assert config.job_folder == "/affinity/clicks-1"
+    assert config.stream_inputs() == [StreamInput("kafka", "events", 16)]
+
+
+def test_path_as_string_and_data_agree(tmp_path: Path) -> None:
+    from_file = load_config(str(write(tmp_path, FULL_YAML)), environ={})
+    from_data = load_config(data=yaml.safe_load(FULL_YAML), environ={})
+    assert from_file == from_data
+
+
+def test_defaults() -> None:
+    config = load_config(data=MINIMAL, environ={})
+    assert config.job.name == "clicks"
+    assert config.job.id == "1"
+    assert config.job.run_id  # a non-empty default run id
+    assert config.zookeeper.connect == "127.0.0.1:2181"
+    assert config.zookeeper.root == "/affinity"
+    assert config.zookeeper.session_timeout_ms == 10000
+    assert config.zookeeper.auth == ""
+    assert config.zookeeper.use_ssl is False
+    assert config.inputs == []
+    assert config.stream_inputs() == []
+    assert config.ssp_grouper.name == "group-by-partition"
+    assert config.grouper.name == "host-affinity"
+    assert config.grouper.options == {}
+    assert config.coordinator.debounce_ms == 2000
+    assert config.coordinator.barrier_timeout_ms == 30000
+    assert config.coordinator.processor_grace_ms == 0
+    assert config.job_folder == "/affinity/clicks-1"
+
+
+def test_grouper_options_are_kept() -> None:
+    config = load_config(
+        data={"job": {"name": "c"}, "grouper": {"name": "x", "options": {"balance_slack": 2}}},
+        environ={},
+    )
+    assert config.grouper.name == "x"
+    assert config.grouper.options == {"balance_slack": 2}
+
+
+def test_config_is_frozen() -> None:
+    config = load_config(data=MINIMAL, environ={})
+    with pytest.raises(ValueError):
+        config.coordinator.debounce_ms = 1
+    with pytest.raises(ValueError):
+        config.job = config.job
+
+
+@pytest.mark.parametrize(
+    ("root", "name", "job_id", "folder"),
+    [
+        ("/affinity", "clicks", "1", "/affinity/clicks-1"),
+        ("/a/b", "orders", "prod.2", "/a/b/orders-prod.2"),
+        ("/", "clicks", "7", "/clicks-7"),
+    ],
+)
+def test_job_folder(root: str, name: str, job_id: str, folder: str) -> None:
+    config = load_config(
+        data={"job": {"name": name, "id": job_id}, "zookeeper": {"root": root}}, environ={}
+    )
+    assert config.job_folder == folder
+
+
+def test_stream_inputs() -> None:
+    config = load_config(
+        data={
+            "job": {"name": "c"},
+            "inputs": [
+                {"system": "kafka", "stream": "events", "partitions": 4},
+                {"system": "kafka", "stream": "clicks", "partitions": 6},
+            ],
+        },
+        environ={},
+    )
+    assert config.stream_inputs() == [
+        StreamInput("kafka", "events", 4),
+        StreamInput("kafka", "clicks", 6),
+    ]
+
+
+# ---------------------------------------------------------------- environment
+
+
+def test_short_env_names_override_the_file(tmp_path: Path) -> None:
+    environ = {
+        "AFFINITY_ZK_CONNECT": "zk-0:2181,zk-1:2181",
+        "AFFINITY_ZK_ROOT": "/other",
+        "AFFINITY_JOB_NAME": "orders",
+        "AFFINITY_JOB_ID": "9",
+        "AFFINITY_RUN_ID": "r2",
+        "AFFINITY_DEBOUNCE_MS": "250",
+        "AFFINITY_BARRIER_TIMEOUT_MS": "999",
+        "AFFINITY_PROCESSOR_GRACE_MS": "5000",
+    }
+    config = load_config(write(tmp_path, FULL_YAML), environ=environ)
+    assert config.zookeeper.connect == "zk-0:2181,zk-1:2181"
+    assert config.zookeeper.root == "/other"
+    assert (config.job.name, config.job.id, config.job.run_id) == ("orders", "9", "r2")
+    assert config.coordinator.debounce_ms == 250
+    assert config.coordinator.barrier_timeout_ms == 999
+    assert config.coordinator.processor_grace_ms == 5000
+    assert config.job_folder == "/other/orders-9"
+    # Keys the environment does not name keep the file's values.
+    assert config.zookeeper.session_timeout_ms == 10000
+    assert config.inputs[0].partitions == 16
+
+
+def test_nested_env_names_override_the_file(tmp_path: Path) -> None:
+    environ = {
+        "AFFINITY_COORDINATOR__DEBOUNCE_MS": "500",
+        "AFFINITY_ZOOKEEPER__SESSION_TIMEOUT_MS": "20000",
+        "AFFINITY_JOB__RUN_ID": "r9",
+    }
+    config = load_config(write(tmp_path, FULL_YAML), environ=environ)
+    assert config.coordinator.debounce_ms == 500
+    assert config.coordinator.barrier_timeout_ms == 30000  # from the file, same section
+    assert config.zookeeper.session_timeout_ms == 20000
+    assert config.zookeeper.connect == "127.0.0.1:2181"
+    assert config.job.run_id == "r9"
+    assert config.job.name == "clicks"
+
+
+def test_env_alone_can_supply_the_job() -> None:
+    config = load_config(environ={"AFFINITY_JOB_NAME": "from-env"})
+    assert config.job.name == "from-env"
+
+
+def test_env_json_for_a_list_field() -> None:
+    environ = {"AFFINITY_INPUTS": '[{"system": "kafka", "stream": "e", "partitions": 3}]'}
+    config = load_config(data=MINIMAL, environ=environ)
+    assert config.stream_inputs() == [StreamInput("kafka", "e", 3)]
+
+
+def test_short_name_wins_over_nested_name() -> None:
+    environ = {"AFFINITY_ZK_CONNECT": "short:1", "AFFINITY_ZOOKEEPER__CONNECT": "nested:1"}
+    assert load_config(data=MINIMAL, environ=environ).zookeeper.connect == "short:1"
+
+
+@pytest.mark.parametrize(("env", "target"), sorted(ENV_ALIASES.items()))
+def test_every_documented_short_env_name_works(env: str, target: tuple[str, str]) -> None:
+    values = {
+        ("zookeeper", "connect"): ("h:1", "h:1"),
+        ("zookeeper", "root"): ("/r", "/r"),
+        ("zookeeper", "session_timeout_ms"): ("12345", 12345),
+        ("zookeeper", "auth"): ("u:p", "u:p"),
+        ("zookeeper", "use_ssl"): ("true", True),
+        ("zookeeper", "ca"): ("/ca.pem", "/ca.pem"),
+        ("zookeeper", "certfile"): ("/c.pem", "/c.pem"),
+        ("zookeeper", "keyfile"): ("/k.pem", "/k.pem"),
+        ("job", "name"): ("n", "n"),
+        ("job", "id"): ("7", "7"),
+        ("job", "run_id"): ("r7", "r7"),
+        ("grouper", "name"): ("round-robin", "round-robin"),
+        ("coordinator", "debounce_ms"): ("11", 11),
+        ("coordinator", "debounce_max_ms"): ("12", 12),
+        ("coordinator", "barrier_timeout_ms"): ("13", 13),
+        ("coordinator", "processor_grace_ms"): ("14", 14),
+        ("coordinator", "http_port"): ("9090", 9090),
+        ("logging", "format"): ("json", "json"),
+        ("logging", "level"): ("debug", "debug"),
+    }
+    raw, expected = values[target]
+    config = load_config(data=MINIMAL, environ={env: raw})
+    section, key = target
+    assert getattr(getattr(config, section), key) == expected
+
+
+def test_unrelated_affinity_env_vars_are_ignored() -> None:
+    # What Kubernetes injects for Services named "affinity" / "affinity-coordinator".
+    environ = {
+        "AFFINITY_PORT": "tcp://10.0.0.1:8080",
+        "AFFINITY_SERVICE_HOST": "10.0.0.1",
+        "AFFINITY_COORDINATOR_PORT": "tcp://10.0.0.2:8080",
+        "AFFINITY_COORDINATOR_SERVICE_PORT": "8080",
+        "PATH": "/usr/bin",
+    }
+    config = load_config(data=MINIMAL, environ=environ)
+    assert config == load_config(data=MINIMAL, environ={})
+
+
+def test_given_environment_is_isolated_from_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AFFINITY_ZK_CONNECT", "from-os:1")
+    monkeypatch.setenv("AFFINITY_COORDINATOR__DEBOUNCE_MS", "77")
+    monkeypatch.delenv("AFFINITY_JOB_NAME", raising=False)
+    before = dict(os.environ)
+    environ = {"AFFINITY_JOB_NAME": "given"}
+    config = load_config(data=MINIMAL, environ=environ)
+    # Nothing from os.environ ...
+    assert config.zookeeper.connect == "127.0.0.1:2181"
+    assert config.coordinator.debounce_ms == 2000
+    assert config.job.name == "given"
+    # ... and nothing into it, nor into the mapping given.
+    assert dict(os.environ) == before
+    assert environ == {"AFFINITY_JOB_NAME": "given"}
+    # Without environ=, os.environ is the environment.
+    default = load_config(data=MINIMAL)
+    assert default.zookeeper.connect == "from-os:1"
+    assert default.coordinator.debounce_ms == 77
+
+
+def test_dotenv_in_working_directory_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "AFFINITY_ZK_CONNECT=dotenv:1\n", name=".env")
+    monkeypatch.chdir(tmp_path)
+    assert load_config(data=MINIMAL, environ={}).zookeeper.connect == "127.0.0.1:2181"
+
+
+def test_loads_do_not_leak_into_each_other() -> None:
+    first = load_config(data={"job": {"name": "a"}}, environ={"AFFINITY_ZK_ROOT": "/x"})
+    second = load_config(data={"job": {"name": "b"}}, environ={})
+    assert first.zookeeper.root == "/x"
+    assert second.zookeeper.root == "/affinity"
+    assert second.job.name == "b"
+    with pytest.raises(ValueError):
+        JobConfig()  # type: ignore[call-arg]  # outside load_config there is no source
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "problem"),
+    [
+        (with_section("coordinator", debounce_ms=-5), "coordinator.debounce_ms", "-5"),
+        (with_section("coordinator", barrier_timeout_ms=0), "coordinator.barrier_timeout_ms", "0"),
+        (with_section("coordinator", debounce_msec=5), "coordinator.debounce_msec", "unknown key"),
+        (with_section("zookeeper", root="affinity"), "zookeeper.root", "absolute path"),
+        (with_section("zookeeper", root="/affinity/"), "zookeeper.root", "trailing slash"),
+        (with_section("zookeeper", auth="userpassword"), "zookeeper.auth", "user:password"),
+        (
+            with_section("zookeeper", session_timeout_ms="soon"),
+            "zookeeper.session_timeout_ms",
+            "valid integer",
+        ),
+        (
+            {"job": {"name": "c"}, "inputs": [{"system": "k", "stream": "e", "partitions": 0}]},
+            "inputs.0.partitions",
+            "greater than or equal to 1",
+        ),
+        (
+            {"job": {"name": "c"}, "inputs": [{"system": "k", "stream": "e"}]},
+            "inputs.0.partitions",
+            "Field required",
+        ),
+        ({"job": {"name": "c"}, "inputs": {"system": "k"}}, "inputs", "valid list"),
+        ({"zookeeper": {}}, "job", "Field required"),
+        ({"job": {}}, "job.name", "Field required"),
+        ({"job": {"name": ""}}, "job.name", "at least 1 character"),
+        ({"job": {"name": "a/b"}}, "job.name", "pattern"),
+        ({"job": {"name": "c"}, "extra": 1}, "extra", "unknown key"),
+        ({"job": {"name": "c"}, "logging": {"level": "loud"}}, "logging.level", "'loud'"),
+    ],
+)
+def test_bad_values_name_the_key(data: dict[str, Any], key: str, problem: str) -> None:
+    message = config_error(data=data)
+    assert f"{key}: " in message
+    assert problem in message
+    assert "<data>" in message
+
+
+def test_several_bad_keys_are_all_named() -> None:
+    message = config_error(
+        data={
+            "job": {"name": "c"},
+            "coordinator": {"debounce_ms": -1, "nope": 1},
+            "zookeeper": {"root": "x"},
+        }
+    )
+    assert "coordinator.debounce_ms" in message
+    assert "coordinator.nope: unknown key" in message
+    assert "zookeeper.root" in message
+
+
+def test_bad_env_value_names_the_key() -> None:
+    message = config_error(data=MINIMAL, environ={"AFFINITY_COORDINATOR__DEBOUNCE_MS": "-5"})
+    assert "coordinator.debounce_ms" in message
+    message = config_error(data=MINIMAL, environ={"AFFINITY_ZK_SESSION_TIMEOUT_MS": "abc"})
+    assert "zookeeper.session_timeout_ms" in message
+    message = config_error(data=MINIMAL, environ={"AFFINITY_COORDINATOR__NOPE": "1"})
+    assert "coordinator.nope" in message
+
+
+def test_unparsable_env_json_is_a_config_error() -> None:
+    message = config_error(data=MINIMAL, environ={"AFFINITY_INPUTS": "not json"})
+    assert "inputs" in message
+
+
+def test_file_errors_name_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "coordinator: {debounce_ms: -5}\njob: {name: c}\n")
+    message = config_error(path)
+    assert str(path) in message
+    assert "coordinator.debounce_ms" in message
+
+
+def test_missing_job_in_file(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path, "zookeeper: {root: /affinity}\n"))
+    assert "job" in message and "required" in message
+
+
+def test_empty_file_is_missing_job(tmp_path: Path) -> None:
+    assert "job" in config_error(write(tmp_path, ""))
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path, "job: {name: [\n")
+    message = config_error(path)
+    assert str(path) in message
+    assert "not valid YAML" in message
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "42\n"])
+def test_top_level_not_a_mapping(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    message = config_error(path)
+    assert str(path) in message
+    assert "mapping" in message
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    message = config_error(missing)
+    assert str(missing) in message
+    assert "cannot read" in message
+    message = config_error(tmp_path)  # a directory
+    assert "cannot read" in message
+
+
+def test_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = write(tmp_path, b"job: {name: \xff\xfe}\n")
+    message = config_error(path)
+    assert str(path) in message
+
+
+def test_affinity_grouper_env_selects_the_grouper(tmp_path: Path) -> None:
+    """AFFINITY_GROUPER (an ENV_ALIASES name) sets grouper.name, keeping the file's options."""
+    path = write(tmp_path, FULL_YAML.replace("options: {}", "options: {balance_slack: 1}"))
+    config = load_config(path, environ={"AFFINITY_GROUPER": "round-robin"})
+    assert config.grouper.name == "round-robin"
+    assert config.grouper.options == {"balance_slack": 1}
