@@ -318,18 +318,26 @@ def assign(
     # Pass B: place what is left, losing as little locality as possible. A candidate stands at
     # the part of its location it shares with its own processor (what it can keep); slots stand
     # at their processors; tasks with nowhere near to go stand at the root.
-    second: dict[Path, _Node] = defaultdict(_Node)
-    for slot in root.mandatory:
-        second[processor_path[slot.processor_id]].mandatory.append(slot)
-    for slot in root.optional:
-        second[processor_path[slot.processor_id]].optional.append(slot)
-    for candidate in root.candidates:
-        closeness, _, pid, _ = candidate
-        second[processor_path[pid][:closeness]].candidates.append(candidate)
-    second[()].tasks.extend(root.tasks)
+    def positioned(leftovers: _Node) -> dict[Path, _Node]:
+        """Lay the leftovers out again: slots at their processors, candidates at what they can
+        keep, tasks with nowhere near to go at the root."""
+        layout: dict[Path, _Node] = defaultdict(_Node)
+        for slot in leftovers.mandatory:
+            layout[processor_path[slot.processor_id]].mandatory.append(slot)
+        for slot in leftovers.optional:
+            layout[processor_path[slot.processor_id]].optional.append(slot)
+        for candidate in leftovers.candidates:
+            closeness, _, pid, _ = candidate
+            layout[processor_path[pid][:closeness]].candidates.append(candidate)
+        layout[()].tasks.extend(leftovers.tasks)
+        return layout
 
-    # B1: sheds that lose nothing because the room is at the very location they keep.
-    sweep(second, lambda node, depth: shed(node, lambda c, d: c[0] == d and d > 0, depth), False)
+    # B1: sheds that lose nothing: the room shares with the task all its processor did.
+    root = sweep(
+        positioned(root),
+        lambda node, depth: shed(node, lambda c, d: c[0] == d and d > 0, depth),
+    )
+    second = positioned(root)
 
     # How many sheds must lose locality: those that a task with nothing to lose (a location
     # sharing nothing with its processor's) cannot make instead.
