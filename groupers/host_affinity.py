@@ -109,6 +109,11 @@ class _Slots:
 _Candidate = tuple[int, str, str, bool]
 
 
+def _shed_order(candidate: _Candidate) -> tuple[bool, int, str, str]:
+    closeness, name, pid, is_local = candidate
+    return (is_local, closeness, name, pid)
+
+
 class _Node:
     """Unmatched items at one node of the location tree."""
 
@@ -252,12 +257,21 @@ def assign(
             return True
         return False
 
-    def shed(node: _Node, wanted: Callable[[_Candidate, int], bool], depth: int) -> None:
-        """Give up the candidates here that ``wanted`` accepts, while quotas and room last."""
+    def shed(
+        node: _Node,
+        wanted: Callable[[_Candidate, int], bool],
+        depth: int,
+        on_shed: Callable[[_Candidate], None] | None = None,
+    ) -> None:
+        """Give up the candidates here that ``wanted`` accepts, while quotas and room last.
+
+        Non-local candidates go first (shedding them never costs an exact location), then the
+        least close to their own processor. ``on_shed`` hears of every candidate given up.
+        """
         nonlocal supply_budget
         if not node.candidates or not (node.mandatory or node.optional):
             return
-        node.candidates.sort()
+        node.candidates.sort(key=_shed_order)
         remaining: list[_Candidate] = []
         for candidate in node.candidates:
             _, name, pid, is_local = candidate
@@ -267,10 +281,14 @@ def assign(
                 must_shed[pid] -= 1
                 given_up.add(name)
                 lossy_forced[pid] = max(0, lossy_forced.get(pid, 0) - (candidate[0] > depth))
+                if on_shed:
+                    on_shed(candidate)
             elif may_shed.get(pid) and supply_budget and place_one(name, node, False):
                 may_shed[pid] -= 1
                 supply_budget -= 1
                 given_up.add(name)
+                if on_shed:
+                    on_shed(candidate)
             else:
                 remaining.append(candidate)
         node.candidates = remaining
@@ -313,6 +331,36 @@ def assign(
     # Exact locations first, whatever their depth (a flat "host-5" beside "zone-a/rack-0/host-0"),
     # then the nearest ones, deepest first.
     sweep(nodes, gain, rise=False)
+
+    # Optional sheds are made whatever happens; those that non-local tasks cannot make cost an
+    # exact location unless a local task moves to another processor at its own location. Make
+    # those zero-loss moves now, before rack- or zone-level matches take that room.
+    if supply_budget:
+        non_local_left: dict[str, int] = defaultdict(int)
+        for node in nodes.values():
+            for _, _, pid, is_local in node.candidates:
+                if not is_local:
+                    non_local_left[pid] += 1
+        shortfall = supply_budget - sum(
+            min(left, max(0, non_local_left[pid] - must_shed.get(pid, 0)))
+            for pid, left in may_shed.items()
+        )
+
+        def count_down(candidate: _Candidate) -> None:
+            nonlocal shortfall
+            shortfall -= 1
+
+        def zero_loss_local(node: _Node, depth: int) -> None:
+            shed(
+                node,
+                lambda c, d: c[3] and c[0] == d and shortfall > 0,
+                depth,
+                count_down,
+            )
+
+        if shortfall > 0:
+            sweep(nodes, zero_loss_local, rise=False)
+
     root = sweep(nodes, gain)
 
     # Pass B: place what is left, losing as little locality as possible. A candidate stands at
@@ -350,23 +398,37 @@ def assign(
     free_supply = sum(min(left, nothing_to_lose[pid]) for pid, left in may_shed.items())
     lossy_supply = max(0, supply_budget - free_supply)
 
-    # B2: the sheds that must lose, nearest first (deepest common node with some room).
-    def lossy(candidate: _Candidate, depth: int) -> bool:
+    # B2: the sheds that must lose, nearest first (deepest common node with some room): first
+    # non-local tasks (they lose a rack or a zone at most), then local ones (an exact location).
+    def lossy_supply_placed(candidate: _Candidate) -> None:
         nonlocal lossy_supply
-        closeness, _, pid, is_local = candidate
-        if closeness == 0:
-            return False
-        if lossy_forced.get(pid) and not is_local:
-            return True
-        if lossy_supply and may_shed.get(pid) and not must_shed.get(pid):
-            lossy_supply -= 1
-            return True
-        return False
+        if not must_shed.get(candidate[2]):
+            lossy_supply = max(0, lossy_supply - 1)
 
-    if any(lossy_forced.values()) or lossy_supply:
-        root = sweep(second, lambda node, depth: shed(node, lossy, depth))
-    else:
-        root = sweep(second, lambda node, depth: None)
+    def lossy(local_ones: bool) -> Callable[[_Candidate, int], bool]:
+        def wanted(candidate: _Candidate, depth: int) -> bool:
+            closeness, _, pid, is_local = candidate
+            if closeness == 0 or is_local != local_ones:
+                return False
+            if lossy_forced.get(pid) and not is_local:
+                return True
+            return bool(lossy_supply and may_shed.get(pid) and not must_shed.get(pid))
+
+        return wanted
+
+    def lossy_pass(local_ones: bool) -> Callable[[_Node, int], None]:
+        wanted = lossy(local_ones)
+
+        def visit(node: _Node, depth: int) -> None:
+            shed(node, wanted, depth, lossy_supply_placed)
+
+        return visit
+
+    for local_ones in (False, True):
+        if any(lossy_forced.values()) or lossy_supply:
+            root = sweep(second, lossy_pass(local_ones))
+            second = positioned(root)
+    root = sweep(second, lambda node, depth: None)
 
     # B3: what is left has nothing to lose: sheds first (forced ones, then optional), then the
     # tasks that must move, to whatever room remains.

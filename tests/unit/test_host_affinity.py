@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
+from host_affinity_cases import CASES as REGRESSIONS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -291,3 +292,17 @@ def test_bad_options_and_duplicate_task_names_are_clear_errors() -> None:
     clash = [task(1), TaskModel("Partition 1", frozenset(), 7)]
     with pytest.raises(GrouperError, match="two different tasks are named 'Partition 1'"):
         GROUPER.group(clash, GrouperMetadata({"p": "h"}, {}, {}))
+
+
+@pytest.mark.parametrize("case", range(len(REGRESSIONS)))
+def test_earlier_counterexamples_now_reach_the_optimum(case: int) -> None:
+    names, where, recorded, previous = REGRESSIONS[case]
+    items = [TaskModel(name, frozenset()) for name in names]
+    md = GrouperMetadata(where, recorded, previous)
+    out = GROUPER.group(items, md)
+    validate(items, md, out)
+    zone_level = not any("/" in loc for loc in where.values()) or all(
+        "/" in loc for loc in [*where.values(), *recorded.values()]
+    )
+    for levels in {False, zone_level}:
+        assert our_cost(items, md, out, zone_level=levels) == optimum(items, md, zone_level=levels)
