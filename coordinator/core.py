@@ -1,0 +1,460 @@
+"""The coordinator's decisions, as a state machine with no I/O.
+
+Theory of operation
+===================
+
+Like h11, this module never touches the network, a clock or a thread: the caller (the kazoo
+adapter in ``coordinator/service.py``, or a test) feeds it **events** and carries out the
+**actions** it returns. Every rule below is therefore testable without ZooKeeper, and a
+hypothesis state-machine test drives it with random event sequences.
+
+Roles. A replica is a *follower* until :class:`LeadershipGained`, and goes back to being one on
+:class:`LeadershipLost`. A follower returns no action for any event (so events delivered late
+from a lost session, SAMZA-1695, do nothing), and every write the adapter makes for a leader is
+fenced by the leader epoch in ZooKeeper, so a deposed leader's write fails there too.
+
+The job model in force is the last one whose barrier reached DONE. At most one newer version is
+*pending* (published, barrier NEW) at a time.
+
+Rebalance, step by step:
+
+1. :class:`MembershipChanged` records the live processors and marks the job *dirty*. A dirty job
+   is rebalanced once membership has been quiet for ``debounce_ms``, but never later than
+   ``debounce_max_ms`` after the first change (so a rolling restart cannot postpone it forever,
+   SAMZA-2633). The coordinator asks to be woken (:class:`ScheduleWakeup`) at that time.
+2. A processor of the model in force that vanished is *given grace* for
+   ``processor_grace_ms``: while it is within grace and no new processor has appeared at its
+   location, the rebalance waits (Helix's delayed rebalance), so a quick restart under the same
+   id changes nothing and a restart under a new id at the same host moves its tasks there.
+3. When due (and no barrier is pending, no grouper running), the coordinator emits
+   :class:`RunGrouper` with the tasks and the grouper metadata. The adapter runs the grouper
+   under a time limit and answers :class:`GrouperFinished` with containers, or with an error.
+4. An error, a timeout or an answer that fails :func:`groupers.validate` publishes nothing: the
+   model in force stays, :class:`GrouperFailed` reports it (log and count, invariant I5), and the
+   next membership change tries again. An answer equal to the model in force is a no-op: nothing
+   is published (:class:`RebalanceSkipped`, SAMZA-2638). Otherwise :class:`PublishJobModel`
+   publishes version ``latest + 1`` with barrier ``latest + 1`` expecting every processor it
+   names (I1, I2), and the barrier deadline is scheduled.
+5. :class:`BarrierUpdated` reports who joined. When every expected processor has joined, the
+   coordinator emits :class:`MarkBarrier` DONE and the new model is in force. At the deadline it
+   emits :class:`MarkBarrier` TIMED_OUT, and generates again at once from the processors still
+   alive (the processors wait for that next version rather than staying stopped, SAMZA-2663).
+   It does not wait for the deadline when a processor the barrier expects has vanished before
+   joining: that barrier can never complete, so it times out at once.
+
+Times are seconds (floats) from any monotonic clock; the caller passes ``now`` with each event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from groupers import GrouperMetadata, InvalidAssignment, validate
+from metadata.model import ContainerModel, FrozenMap, JobModel, TaskModel
+
+__all__ = [
+    "Action",
+    "BarrierUpdated",
+    "CoordinatorCore",
+    "CoordinatorSettings",
+    "Event",
+    "GrouperFailed",
+    "GrouperFinished",
+    "LeadershipGained",
+    "LeadershipLost",
+    "MarkBarrier",
+    "MembershipChanged",
+    "ModelInForce",
+    "PublishJobModel",
+    "RebalanceSkipped",
+    "RunGrouper",
+    "ScheduleWakeup",
+    "TimePassed",
+]
+
+BarrierState = Literal["NEW", "DONE", "TIMED_OUT"]
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    debounce_s: float = 2.0
+    debounce_max_s: float = 10.0
+    barrier_timeout_s: float = 30.0
+    processor_grace_s: float = 0.0
+
+
+# ------------------------------------------------------------------------------------ events
+
+
+@dataclass(frozen=True)
+class LeadershipGained:
+    """This replica leads. ``latest`` is the newest published model (any barrier state),
+    ``latest_barrier`` its barrier state, ``in_force`` the newest model whose barrier is DONE."""
+
+    now: float
+    processors: Mapping[str, str]
+    task_locality: Mapping[str, str]
+    latest: JobModel | None = None
+    latest_barrier: BarrierState | None = None
+    latest_participants: frozenset[str] = frozenset()
+    in_force: JobModel | None = None
+
+
+@dataclass(frozen=True)
+class LeadershipLost:
+    now: float
+
+
+@dataclass(frozen=True)
+class MembershipChanged:
+    now: float
+    processors: Mapping[str, str]  # live processor id -> location id
+
+
+@dataclass(frozen=True)
+class BarrierUpdated:
+    now: float
+    version: int
+    participants: frozenset[str]
+
+
+@dataclass(frozen=True)
+class LocalityChanged:
+    now: float
+    task_locality: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TimePassed:
+    now: float
+
+
+@dataclass(frozen=True)
+class GrouperFinished:
+    now: float
+    request: int
+    containers: object = None  # the grouper's answer (checked here), or None with ``error``
+    error: str | None = None
+
+
+Event = (
+    LeadershipGained
+    | LeadershipLost
+    | MembershipChanged
+    | BarrierUpdated
+    | LocalityChanged
+    | TimePassed
+    | GrouperFinished
+)
+
+# ----------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class RunGrouper:
+    request: int
+    tasks: tuple[TaskModel, ...]
+    metadata: GrouperMetadata
+
+
+@dataclass(frozen=True)
+class PublishJobModel:
+    model: JobModel
+    participants: frozenset[str]
+    moved: int  # tasks that changed processor against the model in force
+    locality_kept: int  # tasks placed at the location they last ran at
+    with_locality: int  # tasks that had a recorded location
+
+
+@dataclass(frozen=True)
+class MarkBarrier:
+    version: int
+    state: BarrierState
+    duration_s: float  # from publish to this outcome
+
+
+@dataclass(frozen=True)
+class ModelInForce:
+    model: JobModel
+
+
+@dataclass(frozen=True)
+class ScheduleWakeup:
+    at: float
+
+
+@dataclass(frozen=True)
+class GrouperFailed:
+    request: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RebalanceSkipped:
+    reason: str
+
+
+Action = (
+    RunGrouper
+    | PublishJobModel
+    | MarkBarrier
+    | ModelInForce
+    | ScheduleWakeup
+    | GrouperFailed
+    | RebalanceSkipped
+)
+
+
+@dataclass
+class _Pending:
+    model: JobModel
+    expected: frozenset[str]
+    deadline: float
+    published_at: float
+    joined: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Vanished:
+    location: str | None
+    since: float
+
+
+@dataclass
+class CoordinatorCore:
+    """The leader's state machine: ``handle(event) -> list[Action]`` (see the module docstring)."""
+
+    tasks: tuple[TaskModel, ...]
+    settings: CoordinatorSettings = field(default_factory=CoordinatorSettings)
+    config: Mapping[str, str] = field(default_factory=dict)
+
+    leader: bool = False
+    processors: dict[str, str] = field(default_factory=dict)
+    task_locality: dict[str, str] = field(default_factory=dict)
+    in_force: JobModel | None = None
+    latest_version: int = 0
+    pending: _Pending | None = None
+    running: int | None = None  # request id of the grouper run in flight
+    running_metadata: GrouperMetadata | None = None  # what that run was given
+    requests: int = 0
+    dirty_since: float | None = None
+    last_change: float | None = None
+    vanished: dict[str, _Vanished] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------------ entry point
+
+    def handle(self, event: Event) -> list[Action]:
+        if isinstance(event, LeadershipGained):
+            return self._gain(event)
+        if isinstance(event, LeadershipLost):
+            self._reset()
+            return []
+        if not self.leader:
+            return []  # a follower (or a deposed leader's late event) decides nothing
+        if isinstance(event, MembershipChanged):
+            self._membership(event.processors, event.now)
+        elif isinstance(event, LocalityChanged):
+            self.task_locality = dict(event.task_locality)
+            return []
+        elif isinstance(event, BarrierUpdated):
+            actions = self._barrier(event)
+            return actions + self._tick(event.now)
+        elif isinstance(event, GrouperFinished):
+            return self._grouper_finished(event) + self._tick(event.now)
+        return self._tick(event.now)
+
+    # ------------------------------------------------------------------------ transitions
+
+    def _reset(self) -> None:
+        self.leader = False
+        self.pending = None
+        self.running = None
+        self.running_metadata = None
+        self.dirty_since = None
+        self.last_change = None
+        self.vanished.clear()
+
+    def _gain(self, event: LeadershipGained) -> list[Action]:
+        self._reset()
+        self.leader = True
+        self.processors = dict(event.processors)
+        self.task_locality = dict(event.task_locality)
+        self.in_force = event.in_force
+        self.latest_version = max(
+            event.latest.version if event.latest else 0,
+            event.in_force.version if event.in_force else 0,
+        )
+        actions: list[Action] = []
+        latest = event.latest
+        if (
+            latest is not None
+            and event.latest_barrier == "NEW"
+            and (self.in_force is None or latest.version > self.in_force.version)
+        ):
+            # A rebalance was in flight when the previous leader went: see it through.
+            expected = frozenset(latest.containers)
+            self.pending = _Pending(
+                latest,
+                expected,
+                deadline=event.now + self.settings.barrier_timeout_s,
+                published_at=event.now,
+                joined=event.latest_participants,
+            )
+            actions += self._barrier(
+                BarrierUpdated(event.now, latest.version, event.latest_participants)
+            )
+        if self.in_force is None or set(self.in_force.containers) != set(self.processors):
+            self.dirty_since = self.last_change = event.now
+        self._note_vanished(event.now)
+        return actions + self._tick(event.now)
+
+    def _membership(self, processors: Mapping[str, str], now: float) -> None:
+        if dict(processors) == self.processors:
+            return
+        self.processors = dict(processors)
+        if self.dirty_since is None:
+            self.dirty_since = now
+        self.last_change = now
+        self._note_vanished(now)
+
+    def _note_vanished(self, now: float) -> None:
+        """Track processors of the model in force that are gone (for the grace period)."""
+        owners = self.in_force.containers if self.in_force else {}
+        for pid, container in owners.items():
+            if pid in self.processors:
+                self.vanished.pop(pid, None)
+            elif pid not in self.vanished and container.tasks:
+                self.vanished[pid] = _Vanished(container.location_id, now)
+        for pid in list(self.vanished):
+            if pid not in owners:
+                del self.vanished[pid]
+
+    def _barrier(self, event: BarrierUpdated) -> list[Action]:
+        pending = self.pending
+        if pending is None or event.version != pending.model.version:
+            return []
+        pending.joined = frozenset(event.participants)
+        if pending.expected <= pending.joined:
+            self.pending = None
+            self.in_force = pending.model
+            self._note_vanished(event.now)
+            return [
+                MarkBarrier(pending.model.version, "DONE", event.now - pending.published_at),
+                ModelInForce(pending.model),
+            ]
+        return []
+
+    def _grouper_finished(self, event: GrouperFinished) -> list[Action]:
+        if event.request != self.running or self.running_metadata is None:
+            return []  # an answer to a request this leadership did not make
+        metadata = self.running_metadata
+        self.running = self.running_metadata = None
+        if dict(metadata.processor_locality) != self.processors:
+            # Membership changed while the grouper ran: its answer is stale, not wrong. The job
+            # is dirty again, so the next tick generates from the current membership.
+            return [RebalanceSkipped("membership changed while the grouper ran")]
+        if event.error is not None:
+            return [GrouperFailed(event.request, event.error)]
+        try:
+            validate(self.tasks, metadata, event.containers)
+        except InvalidAssignment as exc:
+            return [GrouperFailed(event.request, str(exc))]
+        assert isinstance(event.containers, Collection)
+        containers: dict[str, ContainerModel] = {c.processor_id: c for c in event.containers}
+        candidate = JobModel(self.latest_version + 1, FrozenMap(containers), FrozenMap(self.config))
+        if self.in_force is not None and candidate.same_assignment(self.in_force):
+            return [RebalanceSkipped("the new assignment equals the model in force")]
+        self.latest_version = candidate.version
+        self.pending = _Pending(
+            candidate,
+            frozenset(containers),
+            deadline=event.now + self.settings.barrier_timeout_s,
+            published_at=event.now,
+        )
+        previous = metadata.previous_task_to_processor
+        owner = candidate.task_to_processor()
+        recorded = self.task_locality
+        return [
+            PublishJobModel(
+                candidate,
+                frozenset(containers),
+                moved=sum(1 for t, pid in owner.items() if previous.get(t) != pid),
+                locality_kept=sum(
+                    1 for t, pid in owner.items() if recorded.get(t) == self.processors.get(pid)
+                ),
+                with_locality=sum(1 for t in owner if t in recorded),
+            )
+        ]
+
+    def _metadata(self) -> GrouperMetadata:
+        previous = self.in_force.task_to_processor() if self.in_force else {}
+        ssps = (
+            {name: task.partitions for name, task in self.in_force.tasks.items()}
+            if self.in_force
+            else {}
+        )
+        return GrouperMetadata(
+            processor_locality=dict(self.processors),
+            task_locality=dict(self.task_locality),
+            previous_task_to_processor=previous,
+            previous_task_to_ssps=ssps,
+        )
+
+    def _due(self) -> float | None:
+        """When the dirty job should be rebalanced (None: it is not dirty)."""
+        if self.dirty_since is None or self.last_change is None:
+            return None
+        quiet = self.last_change + self.settings.debounce_s
+        cap = self.dirty_since + max(self.settings.debounce_max_s, self.settings.debounce_s)
+        return min(quiet, cap)
+
+    def _grace_until(self, now: float) -> float | None:
+        """Until when vanished processors' tasks wait (None: nobody is waited for)."""
+        grace = self.settings.processor_grace_s
+        if grace <= 0 or not self.vanished:
+            return None
+        known = set(self.in_force.containers) if self.in_force else set()
+        new_locations = {loc for pid, loc in self.processors.items() if pid not in known}
+        waits = [
+            v.since + grace
+            for v in self.vanished.values()
+            if v.since + grace > now and v.location not in new_locations
+        ]
+        return max(waits) if waits else None
+
+    def _tick(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        pending = self.pending
+        if pending is not None and (
+            now >= pending.deadline or not pending.expected <= set(self.processors) | pending.joined
+        ):
+            # The deadline passed, or a processor the barrier waits for is gone (it cannot join):
+            # time out now and generate again at once from the processors still alive.
+            self.pending = None
+            actions.append(
+                MarkBarrier(pending.model.version, "TIMED_OUT", now - pending.published_at)
+            )
+            settle = max(self.settings.debounce_s, self.settings.debounce_max_s)
+            self.dirty_since = self.last_change = now - settle
+        if self.pending is not None:
+            return [*actions, ScheduleWakeup(self.pending.deadline)]
+        if self.running is not None:
+            return actions
+        due = self._due()
+        if due is None:
+            return actions
+        grace_until = self._grace_until(now)
+        if grace_until is not None:
+            due = max(due, grace_until)
+        if now < due:
+            return [*actions, ScheduleWakeup(due)]
+        if not self.processors:
+            self.dirty_since = self.last_change = None
+            return [*actions, RebalanceSkipped("no live processor")]
+        self.dirty_since = self.last_change = None
+        self.requests += 1
+        self.running = self.requests
+        self.running_metadata = self._metadata()
+        return [*actions, RunGrouper(self.running, self.tasks, self.running_metadata)]

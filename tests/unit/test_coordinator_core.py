@@ -1,0 +1,397 @@
+"""The coordinator's state machine, driven by random event sequences (hypothesis stateful).
+
+The harness plays the adapter: it records what is published and marked, answers grouper
+requests (with host-affinity, or with a grouper that raises, times out or returns nonsense),
+and checks invariants I1, I2, I3 (the coordinator's side) and I5 after every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from coordinator.core import (
+    Action,
+    BarrierUpdated,
+    CoordinatorCore,
+    CoordinatorSettings,
+    GrouperFailed,
+    GrouperFinished,
+    LeadershipGained,
+    LeadershipLost,
+    MarkBarrier,
+    MembershipChanged,
+    PublishJobModel,
+    RebalanceSkipped,
+    RunGrouper,
+    ScheduleWakeup,
+    TimePassed,
+)
+from groupers import HostAffinityGrouper, validate
+from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
+
+TASKS = tuple(
+    TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
+    for n in range(12)
+)
+SETTINGS = CoordinatorSettings(
+    debounce_s=2.0, debounce_max_s=6.0, barrier_timeout_s=10.0, processor_grace_s=3.0
+)
+LOCATIONS = ("host-a", "host-b", "host-c")
+
+
+@dataclass
+class Store:
+    """What ZooKeeper would hold: published models and barrier states."""
+
+    models: list[JobModel] = field(default_factory=list)
+    barrier: dict[int, str] = field(default_factory=dict)
+
+    def latest(self) -> JobModel | None:
+        return self.models[-1] if self.models else None
+
+    def in_force(self) -> JobModel | None:
+        done = [m for m in self.models if self.barrier.get(m.version) == "DONE"]
+        return done[-1] if done else None
+
+
+class CoordinatorMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = CoordinatorCore(TASKS, SETTINGS)
+        self.store = Store()
+        self.now = 0.0
+        self.live: dict[str, str] = {"p-0": "host-a", "p-1": "host-b"}
+        self.next_id = 2
+        self.outstanding: RunGrouper | None = None
+        self.answering: RunGrouper | None = None
+        self.published_this_step: list[PublishJobModel] = []
+        self.failed_this_step = False
+        self.in_force_before: JobModel | None = None
+
+    # ---------------------------------------------------------------- the adapter's part
+
+    def feed(self, event: object) -> None:
+        self.published_this_step = []
+        self.failed_this_step = False
+        self.in_force_before = self.core.in_force
+        actions: list[Action] = self.core.handle(event)  # type: ignore[arg-type]
+        for action in actions:
+            if isinstance(action, RunGrouper):
+                assert self.core.leader
+                assert self.outstanding is None or self.outstanding.request != action.request
+                self.outstanding = action
+            elif isinstance(action, PublishJobModel):
+                # I2: only a leader publishes, versions strictly increase, one barrier at a time.
+                assert self.core.leader
+                latest = self.store.latest()
+                assert latest is None or action.model.version > latest.version
+                assert all(state != "NEW" for state in self.store.barrier.values())
+                # I1: every task exactly once, only to processors alive when generated.
+                assert self.answering is not None
+                validate(TASKS, self.answering.metadata, action.model.containers.values())
+                self.store.models.append(action.model)
+                self.store.barrier[action.model.version] = "NEW"
+                self.published_this_step.append(action)
+            elif isinstance(action, MarkBarrier):
+                assert self.core.leader
+                assert self.store.barrier.get(action.version) == "NEW"
+                self.store.barrier[action.version] = action.state
+            elif isinstance(action, GrouperFailed):
+                self.failed_this_step = True
+            else:
+                assert isinstance(action, ScheduleWakeup | RebalanceSkipped | object)
+
+    # ---------------------------------------------------------------------------- rules
+
+    @rule()
+    def gain_leadership(self) -> None:
+        latest = self.store.latest()
+        self.outstanding = None
+        self.feed(
+            LeadershipGained(
+                self.now,
+                dict(self.live),
+                {},
+                latest=latest,
+                latest_barrier=self.store.barrier.get(latest.version) if latest else None,  # type: ignore[arg-type]
+                in_force=self.store.in_force(),
+            )
+        )
+
+    @rule()
+    def lose_leadership(self) -> None:
+        self.feed(LeadershipLost(self.now))
+        self.outstanding = None
+        # The new leader will find a NEW barrier; it may also time it out itself.
+
+    @rule(location=st.sampled_from(LOCATIONS))
+    def processor_joins(self, location: str) -> None:
+        self.live[f"p-{self.next_id}"] = location
+        self.next_id += 1
+        self.feed(MembershipChanged(self.now, dict(self.live)))
+
+    @precondition(lambda self: len(self.live) > 1)
+    @rule(index=st.integers(0, 10))
+    def processor_dies(self, index: int) -> None:
+        pid = sorted(self.live)[index % len(self.live)]
+        del self.live[pid]
+        self.feed(MembershipChanged(self.now, dict(self.live)))
+
+    @precondition(lambda self: len(self.live) > 0)
+    @rule(index=st.integers(0, 10))
+    def processor_restarts_with_new_id(self, index: int) -> None:
+        pid = sorted(self.live)[index % len(self.live)]
+        location = self.live.pop(pid)
+        self.live[f"p-{self.next_id}"] = location
+        self.next_id += 1
+        self.feed(MembershipChanged(self.now, dict(self.live)))
+
+    @rule(seconds=st.floats(0.1, 12.0))
+    def time_passes(self, seconds: float) -> None:
+        self.now += seconds
+        self.feed(TimePassed(self.now))
+
+    @precondition(lambda self: self.store.latest() is not None)
+    @rule(everyone=st.booleans())
+    def processors_join_the_barrier(self, everyone: bool) -> None:
+        latest = self.store.latest()
+        assert latest is not None
+        expected = set(latest.containers)
+        joined = {p for p in expected if p in self.live}
+        if not everyone and joined:
+            joined.discard(sorted(joined)[0])
+        self.feed(BarrierUpdated(self.now, latest.version, frozenset(joined)))
+
+    @precondition(lambda self: self.outstanding is not None)
+    @rule(
+        kind=st.sampled_from(
+            ["good", "good", "good", "raises", "timeout", "drops-a-task", "not-a-set"]
+        )
+    )
+    def grouper_answers(self, kind: str) -> None:
+        request = self.outstanding
+        assert request is not None
+        self.outstanding = None
+        self.answering = request
+        containers: object
+        error = None
+        if kind == "good":
+            containers = HostAffinityGrouper().group(request.tasks, request.metadata)
+        elif kind == "raises":
+            containers, error = None, "ValueError: boom"
+        elif kind == "timeout":
+            containers, error = None, "timed out after 30 s"
+        elif kind == "drops-a-task":
+            good = HostAffinityGrouper().group(request.tasks, request.metadata)
+            first = min(good, key=lambda c: (-len(c.tasks), c.processor_id))
+            trimmed = ContainerModel(
+                first.processor_id,
+                first.location_id,
+                FrozenMap(dict(list(first.tasks.items())[1:])),
+            )
+            containers = (good - {first}) | {trimmed}
+        else:
+            containers = "nonsense"
+        stale = dict(request.metadata.processor_locality) != self.live
+        self.feed(GrouperFinished(self.now, request.request, containers, error))
+        self.answering = None
+        if stale:
+            assert not self.published_this_step  # a stale answer is discarded, never published
+        if kind != "good":
+            # I5: a failing grouper publishes nothing and the model in force stays.
+            assert self.failed_this_step or stale
+            assert not self.published_this_step
+            assert self.core.in_force == self.in_force_before
+
+    # ------------------------------------------------------------------------ invariants
+
+    @invariant()
+    def done_only_when_everyone_joined(self) -> None:
+        in_force = self.core.in_force
+        if in_force is not None and self.core.leader:
+            assert self.store.barrier.get(in_force.version) == "DONE"
+
+    @invariant()
+    def at_most_one_barrier_pending(self) -> None:
+        assert (
+            sum(1 for state in self.store.barrier.values() if state == "NEW") <= 1
+            or not self.core.leader
+        )
+
+    @invariant()
+    def a_follower_holds_nothing_in_flight(self) -> None:
+        if not self.core.leader:
+            assert self.core.pending is None and self.core.running is None
+
+
+CoordinatorMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestCoordinatorStateMachine = CoordinatorMachine.TestCase
+
+
+# ------------------------------------------------------------------- plain scenario tests
+
+
+class Leader(CoordinatorCore):
+    """A core that remembers the last grouper request it made (gaining leadership may make one)."""
+
+    last_request: RunGrouper | None = None
+
+    def handle(self, event: object) -> list[Action]:  # type: ignore[override]
+        actions = super().handle(event)  # type: ignore[arg-type]
+        for action in actions:
+            if isinstance(action, RunGrouper):
+                self.last_request = action
+        return actions
+
+
+def leader(processors: dict[str, str], **kw: float) -> Leader:
+    core = Leader(TASKS, CoordinatorSettings(**kw))
+    core.handle(LeadershipGained(0.0, processors, {}))
+    return core
+
+
+def run_to_publish(core: Leader, now: float) -> PublishJobModel:
+    core.handle(TimePassed(now))
+    request = core.last_request
+    assert request is not None and core.running == request.request
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    actions = core.handle(GrouperFinished(now, request.request, answer))
+    return next(a for a in actions if isinstance(a, PublishJobModel))
+
+
+def test_debounce_waits_for_quiet_but_never_beyond_the_cap() -> None:
+    core = leader({"p-0": "h"}, debounce_s=2.0, debounce_max_s=5.0)
+    assert any(isinstance(a, ScheduleWakeup) and a.at == 2.0 for a in core.handle(TimePassed(0.0)))
+    # Changes every second keep resetting the quiet timer, but the cap holds at t=5.
+    for t in (1.0, 2.0, 3.0, 4.0):
+        core.handle(MembershipChanged(t, {"p-0": "h", f"p-{t}": "h"}))
+        assert not any(isinstance(a, RunGrouper) for a in core.handle(TimePassed(t + 0.5)))
+    assert any(isinstance(a, RunGrouper) for a in core.handle(TimePassed(5.0)))
+
+
+def test_barrier_done_only_when_every_expected_processor_joined() -> None:
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0)
+    published = run_to_publish(core, 0.0)
+    version = published.model.version
+    actions = core.handle(BarrierUpdated(1.0, version, frozenset({"p-0"})))
+    assert not any(isinstance(a, MarkBarrier) for a in actions)
+    actions = core.handle(BarrierUpdated(1.5, version, frozenset({"p-0", "p-1"})))
+    assert MarkBarrier(version, "DONE", 1.5) in actions
+    assert core.in_force == published.model
+
+
+def test_an_unchanged_assignment_is_not_published_again() -> None:
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=1.0)
+    published = run_to_publish(core, 1.0)
+    core.handle(BarrierUpdated(1.0, published.model.version, frozenset({"p-0", "p-1"})))
+    # A processor flaps away and back under the same id: same membership, nothing to do.
+    core.handle(MembershipChanged(2.0, {"p-0": "h"}))
+    actions = core.handle(MembershipChanged(2.1, {"p-0": "h", "p-1": "h"}))
+    core.handle(TimePassed(3.5))
+    request = core.last_request
+    assert request is not None and core.running == request.request
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    actions = core.handle(GrouperFinished(3.5, request.request, answer))
+    assert any(isinstance(a, RebalanceSkipped) for a in actions)
+    assert not any(isinstance(a, PublishJobModel) for a in actions)
+
+
+def test_timeout_marks_timed_out_and_regenerates_from_the_living() -> None:
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
+    published = run_to_publish(core, 0.0)
+    core.handle(BarrierUpdated(1.0, published.model.version, frozenset({"p-0"})))
+    actions = core.handle(TimePassed(10.0))
+    assert MarkBarrier(published.model.version, "TIMED_OUT", 10.0) in actions
+    assert any(isinstance(a, RunGrouper) for a in actions)
+
+
+def test_a_vanished_participant_times_the_barrier_out_at_once() -> None:
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=30.0)
+    published = run_to_publish(core, 0.0)
+    actions = core.handle(MembershipChanged(1.0, {"p-0": "h"}))
+    assert MarkBarrier(published.model.version, "TIMED_OUT", 1.0) in actions
+    request = next(a for a in actions if isinstance(a, RunGrouper))
+    assert set(request.metadata.processor_locality) == {"p-0"}
+
+
+def test_grace_period_holds_tasks_for_a_vanished_processor_or_its_replacement() -> None:
+    core = leader({"p-0": "a", "p-1": "b"}, debounce_s=0.0, processor_grace_s=20.0)
+    published = run_to_publish(core, 0.0)
+    core.handle(BarrierUpdated(0.5, published.model.version, frozenset({"p-0", "p-1"})))
+    core.handle(MembershipChanged(1.0, {"p-0": "a"}))  # p-1 (host b) vanishes
+    actions = core.handle(TimePassed(5.0))
+    assert not any(isinstance(a, RunGrouper) for a in actions)
+    assert ScheduleWakeup(21.0) in actions
+    # A new processor at p-1's location ends the wait at once.
+    actions = core.handle(MembershipChanged(6.0, {"p-0": "a", "p-9": "b"}))
+    request = next(a for a in actions if isinstance(a, RunGrouper))
+    assert request.metadata.processor_locality == {"p-0": "a", "p-9": "b"}
+
+
+def test_followers_and_deposed_leaders_decide_nothing() -> None:
+    core = Leader(TASKS, CoordinatorSettings(debounce_s=0.0))
+    assert core.handle(MembershipChanged(0.0, {"p-0": "h"})) == []
+    assert core.handle(TimePassed(5.0)) == []
+    core.handle(LeadershipGained(6.0, {"p-0": "h"}, {}))
+    request = core.last_request
+    assert request is not None
+    core.handle(LeadershipLost(7.0))
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    assert core.handle(GrouperFinished(8.0, request.request, answer)) == []
+
+
+def test_new_leader_continues_the_version_sequence_and_finishes_a_pending_barrier() -> None:
+    old = JobModel(
+        7,
+        FrozenMap({"p-0": ContainerModel("p-0", "h", FrozenMap({t.name: t for t in TASKS}))}),
+    )
+    core = Leader(TASKS, CoordinatorSettings(debounce_s=0.0))
+    actions = core.handle(
+        LeadershipGained(
+            0.0,
+            {"p-0": "h"},
+            {},
+            latest=old,
+            latest_barrier="NEW",
+            latest_participants=frozenset({"p-0"}),
+            in_force=None,
+        )
+    )
+    assert MarkBarrier(7, "DONE", 0.0) in actions
+    assert core.in_force == old
+    core.handle(MembershipChanged(1.0, {"p-0": "h", "p-1": "h"}))
+    assert run_to_publish(core, 2.0).model.version == 8
+
+
+@pytest.mark.parametrize("answer", [None, "nonsense", set()])
+def test_a_bad_answer_publishes_nothing(answer: object) -> None:
+    """Invariant I5, on its own (the state machine above checks it in random sequences)."""
+    core = leader({"p-0": "h"}, debounce_s=0.0)
+    request = core.last_request
+    assert request is not None
+    actions = core.handle(GrouperFinished(0.0, request.request, answer))
+    assert any(isinstance(a, GrouperFailed) for a in actions)
+    assert not any(isinstance(a, PublishJobModel) for a in actions)
+    assert core.in_force is None
+
+
+def test_an_answer_that_arrives_after_membership_changed_is_discarded_and_rerun() -> None:
+    core = leader({"p-0": "h"}, debounce_s=0.0)
+    stale = core.last_request
+    assert stale is not None
+    core.handle(MembershipChanged(0.5, {"p-0": "h", "p-1": "h"}))
+    answer = HostAffinityGrouper().group(stale.tasks, stale.metadata)
+    actions = core.handle(GrouperFinished(1.0, stale.request, answer))
+    assert not any(isinstance(a, PublishJobModel | GrouperFailed) for a in actions)
+    rerun = next(a for a in actions if isinstance(a, RunGrouper))
+    assert set(rerun.metadata.processor_locality) == {"p-0", "p-1"}
