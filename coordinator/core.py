@@ -339,6 +339,11 @@ class CoordinatorCore:
         if pending.expected <= pending.joined:
             self.pending = None
             self.in_force = pending.model
+            # The processors now write their tasks' locations (I4): the same as the model's.
+            for container in pending.model.containers.values():
+                if container.location_id:
+                    for name in container.tasks:
+                        self.task_locality[name] = container.location_id
             self._note_vanished(event.now)
             return [
                 MarkBarrier(pending.model.version, "DONE", event.now - pending.published_at),

@@ -1,0 +1,185 @@
+"""``affinity coordinator run`` and ``affinity processor run``: the long-running processes.
+
+``coordinator run`` is one replica (run several: one leads) with ``/healthz``, ``/readyz`` and
+``/metrics`` on ``coordinator.http_port``. ``processor run`` is a sample processor: it logs what
+it runs and, with ``--status-file``, reports it as JSON (rewritten atomically on every change)
+and appends every start and stop to ``<status-file>.events`` (JSON lines), for tests and the
+demo. Both stop cleanly on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from coordinator.config import ConfigError, JobConfig, load_config
+from coordinator.observability import CoordinatorMetrics, HealthServer, configure_logging
+from coordinator.processor import ProcessorClient
+from coordinator.service import CoordinatorService
+from coordinator.zk_client import client_from_config, store_from_config
+from groupers import GrouperError
+from locality.providers import LocationError, get_location_provider
+from metadata.model import TaskModel
+
+__all__ = ["add_commands"]
+
+
+def _load(args: argparse.Namespace) -> JobConfig | None:
+    try:
+        return load_config(args.config)
+    except ConfigError as exc:
+        print(f"affinity: {exc}", file=sys.stderr)
+        return None
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def run_coordinator(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 2
+    configure_logging(config.logging.format, config.logging.level)
+    log = structlog.get_logger("affinity.coordinator")
+    stop = _stop_on_signals()
+    metrics = CoordinatorMetrics()
+    client = client_from_config(config)
+    try:
+        store = store_from_config(config, client)
+        try:
+            service = CoordinatorService(config, client, store, metrics=metrics)
+        except GrouperError as exc:
+            print(f"affinity: {exc}", file=sys.stderr)
+            return 2
+        port = config.coordinator.http_port if args.http_port is None else args.http_port
+        health = HealthServer(
+            config.coordinator.http_host,
+            port,
+            registry=metrics.registry,
+            alive=service.heartbeat.alive,
+            ready=service.ready,
+        ).start()
+        log.info("coordinator.started", http_port=health.port, job=config.job_folder)
+        try:
+            service.run(stop)
+        finally:
+            health.stop()
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
+class SampleTasks:
+    """The sample processor's "work": it records what it runs."""
+
+    def __init__(self, processor_id: str, status_file: Path | None) -> None:
+        self.processor_id = processor_id
+        self.status_file = status_file
+        self.running: dict[str, int] = {}
+        self.log = structlog.get_logger("affinity.processor").bind(processor=processor_id)
+
+    def _event(self, kind: str, version: int | None, names: list[str]) -> None:
+        if self.status_file is None:
+            return
+        record = {
+            "t": time.time(),
+            "event": kind,
+            "processor": self.processor_id,
+            "version": version,
+            "tasks": names,
+        }
+        with open(f"{self.status_file}.events", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        status = {
+            "processor_id": self.processor_id,
+            "pid": os.getpid(),
+            "tasks": {name: v for name, v in sorted(self.running.items())},
+        }
+        tmp = self.status_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(status))
+        tmp.replace(self.status_file)
+
+    def start(self, version: int, tasks: Mapping[str, TaskModel]) -> None:
+        for name in tasks:
+            self.running[name] = version
+        self.log.info("sample.start", version=version, tasks=sorted(tasks))
+        self._event("start", version, sorted(tasks))
+
+    def stop(self, version: int | None, tasks: Mapping[str, TaskModel]) -> None:
+        for name in tasks:
+            self.running.pop(name, None)
+        self.log.info("sample.stop", version=version, tasks=sorted(tasks))
+        self._event("stop", version, sorted(tasks))
+
+
+def run_processor(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 2
+    configure_logging(config.logging.format, config.logging.level)
+    location = args.location
+    if location is None:
+        try:
+            location = get_location_provider(args.location_provider).location_id()
+        except LocationError as exc:
+            print(f"affinity: {exc}", file=sys.stderr)
+            return 2
+    stop = _stop_on_signals()
+    work = SampleTasks(args.processor_id, Path(args.status_file) if args.status_file else None)
+    client = client_from_config(config)
+    try:
+        store = store_from_config(config, client)
+        processor = ProcessorClient(
+            client,
+            store,
+            args.processor_id,
+            location,
+            on_start=work.start,
+            on_stop=work.stop,
+            job=f"{config.job.name}-{config.job.id}",
+        )
+        processor.run(stop)
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
+def add_commands(subparsers: Any) -> None:
+    coordinator = subparsers.add_parser("coordinator", help="run a coordinator replica")
+    coordinator_commands = coordinator.add_subparsers(dest="action", required=True)
+    run = coordinator_commands.add_parser("run", help="one replica (several elect a leader)")
+    run.add_argument("--config", required=True, help="job YAML file")
+    run.add_argument("--http-port", type=int, default=None, help="override coordinator.http_port")
+    run.set_defaults(handler=run_coordinator)
+
+    processor = subparsers.add_parser("processor", help="run a sample processor")
+    processor_commands = processor.add_subparsers(dest="action", required=True)
+    prun = processor_commands.add_parser("run", help="register and follow the job models")
+    prun.add_argument("--config", required=True, help="job YAML file")
+    prun.add_argument("--processor-id", required=True)
+    prun.add_argument("--location", default=None, help="location id (else from the provider)")
+    prun.add_argument(
+        "--location-provider", default="host", help="host, env or kubernetes (without --location)"
+    )
+    prun.add_argument("--status-file", default=None, help="write what runs here as JSON")
+    prun.set_defaults(handler=run_processor)
