@@ -35,6 +35,7 @@ the location tree) and O(T + P) memory.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -248,11 +249,31 @@ def assign(
     def by_processor(slot: _Slots) -> str:
         return slot.processor_id
 
+    def fill_level(tasks: list[str], slots: list[_Slots], budget: int) -> int:
+        """Like fill() for optional room, but each task goes to the least loaded processor
+        (ties: smallest id), so slack is used to avoid moves, never to pile tasks up."""
+        heap = [
+            (len(kept[s.processor_id]) + len(placed[s.processor_id]), s.processor_id, s)
+            for s in slots
+            if s.free
+        ]
+        heapq.heapify(heap)
+        done = 0
+        while tasks and heap and done < budget:
+            load, pid, slot = heapq.heappop(heap)
+            placed[pid].append(tasks.pop())
+            slot.free -= 1
+            done += 1
+            if slot.free:
+                heapq.heappush(heap, (load + 1, pid, slot))
+        slots[:] = [s for s in slots if s.free]
+        return done
+
     def place_one(name: str, node: _Node, use_optional: bool) -> bool:
         nonlocal optional_budget
         if fill([name], node.mandatory, None):
             return True
-        if use_optional and optional_budget and fill([name], node.optional, 1):
+        if use_optional and optional_budget and fill_level([name], node.optional, 1):
             optional_budget -= 1
             return True
         return False
@@ -325,7 +346,7 @@ def assign(
             return  # the root gains nothing: leave it to pass B
         fill(node.tasks, node.mandatory, None)
         if optional_budget:
-            optional_budget -= fill(node.tasks, node.optional, optional_budget)
+            optional_budget -= fill_level(node.tasks, node.optional, optional_budget)
         shed(node, lambda candidate, d: candidate[0] < d, depth)
 
     # Exact locations first, whatever their depth (a flat "host-5" beside "zone-a/rack-0/host-0"),
@@ -434,7 +455,7 @@ def assign(
     # tasks that must move, to whatever room remains.
     shed(root, lambda candidate, d: True, 0)
     fill(root.tasks, root.mandatory, None)
-    optional_budget -= fill(root.tasks, root.optional, optional_budget)
+    optional_budget -= fill_level(root.tasks, root.optional, optional_budget)
     if root.tasks or root.mandatory or optional_budget or supply_budget or any(must_shed.values()):
         raise AssertionError(
             f"host-affinity left work undone: {len(root.tasks)} tasks, "

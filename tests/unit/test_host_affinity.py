@@ -306,3 +306,18 @@ def test_earlier_counterexamples_now_reach_the_optimum(case: int) -> None:
     )
     for levels in {False, zone_level}:
         assert our_cost(items, md, out, zone_level=levels) == optimum(items, md, zone_level=levels)
+
+
+def test_slack_is_used_to_avoid_moves_never_to_pile_up_free_tasks() -> None:
+    where = {"a-1": "host-a", "a-2": "host-a", "b-1": "host-b", "b-2": "host-b"}
+    items = [task(n) for n in range(12)]
+    fresh = HostAffinityGrouper(balance_slack=3).group(items, GrouperMetadata(where, {}, {}))
+    assert counts(fresh) == [3, 3, 3, 3]
+    # A dead processor's tasks all go to its host-mate, which slack now allows.
+    prev = owners(fresh)
+    loc = {name: where[pid] for name, pid in prev.items()}
+    alive = {k: v for k, v in where.items() if k != "a-1"}
+    out = owners(
+        HostAffinityGrouper(balance_slack=3).group(items, GrouperMetadata(alive, loc, prev))
+    )
+    assert {out[name] for name, pid in prev.items() if pid == "a-1"} == {"a-2"}
