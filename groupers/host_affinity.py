@@ -416,7 +416,11 @@ def assign(
             nothing_to_lose[pid] += 1
     for pid, left in must_shed.items():
         lossy_forced[pid] = max(0, left - nothing_to_lose[pid])
-    free_supply = sum(min(left, nothing_to_lose[pid]) for pid, left in may_shed.items())
+    # A task with nothing to lose serves a forced shed of its processor first.
+    free_supply = sum(
+        min(left, max(0, nothing_to_lose[pid] - must_shed.get(pid, 0)))
+        for pid, left in may_shed.items()
+    )
     lossy_supply = max(0, supply_budget - free_supply)
 
     # B2: the sheds that must lose, nearest first (deepest common node with some room): first
