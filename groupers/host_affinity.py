@@ -110,6 +110,73 @@ class _Slots:
 _Candidate = tuple[int, str, str, bool]
 
 
+def _match_exact(
+    nodes: Mapping[Path, _Node], quota: Mapping[str, int], optional_budget: int
+) -> list[tuple[Path, tuple[str, int]]]:
+    """Most forced sheds placed at their tasks' exact locations: a max flow from processors
+    (capacity: sheds still due) through candidates to locations (capacity: free room), by
+    augmenting paths. Returns (location, (processor, how many)) pairs, deterministically."""
+    edges: dict[str, dict[Path, int]] = defaultdict(dict)
+    room: dict[Path, int] = {}
+    for path, node in nodes.items():
+        if not path:
+            continue
+        free = sum(s.free for s in node.mandatory)
+        if optional_budget:
+            free += sum(s.free for s in node.optional)
+        if not free:
+            continue
+        for closeness, _, pid, is_local in node.candidates:
+            if not is_local and closeness < len(path) and quota.get(pid):
+                edges[pid][path] = edges[pid].get(path, 0) + 1
+        room[path] = free
+    if not edges:
+        return []
+    flow: dict[tuple[str, Path], int] = defaultdict(int)
+    used: dict[Path, int] = defaultdict(int)
+    by_path: dict[Path, list[str]] = defaultdict(list)
+    for pid in sorted(edges):
+        for path in edges[pid]:
+            by_path[path].append(pid)
+
+    def augment(start: str) -> bool:
+        # Breadth-first over processors and locations; a full location can hand one of its
+        # units back to another processor, which then needs a location of its own.
+        via_processor: dict[Path, str] = {}  # location <- the processor that reached it
+        via_location: dict[str, Path] = {}  # processor <- the full location it gives a unit up at
+        seen = {start}
+        frontier = [start]
+        while frontier:
+            following: list[str] = []
+            for pid in frontier:
+                for path in sorted(edges[pid]):
+                    if path in via_processor or flow[(pid, path)] >= edges[pid][path]:
+                        continue
+                    via_processor[path] = pid
+                    if used[path] < room[path]:
+                        used[path] += 1
+                        while True:  # walk the path back, shifting one unit along it
+                            owner = via_processor[path]
+                            flow[(owner, path)] += 1
+                            if owner == start:
+                                return True
+                            path = via_location[owner]
+                            flow[(owner, path)] -= 1
+                    for other in by_path[path]:
+                        if other not in seen and flow[(other, path)] > 0:
+                            seen.add(other)
+                            via_location[other] = path
+                            following.append(other)
+            frontier = following
+        return False
+
+    for pid in sorted(edges):
+        for _ in range(quota[pid]):
+            if not augment(pid):
+                break
+    return [(path, (pid, count)) for (pid, path), count in sorted(flow.items()) if count > 0]
+
+
 def _shed_order(candidate: _Candidate) -> tuple[bool, int, str, str]:
     closeness, name, pid, is_local = candidate
     return (is_local, closeness, name, pid)
@@ -351,6 +418,28 @@ def assign(
 
     # Exact locations first, whatever their depth (a flat "host-5" beside "zone-a/rack-0/host-0"),
     # then the nearest ones, deepest first.
+    def movers_only(node: _Node, depth: int) -> None:
+        nonlocal optional_budget
+        if depth:
+            fill(node.tasks, node.mandatory, None)
+            if optional_budget:
+                optional_budget -= fill_level(node.tasks, node.optional, optional_budget)
+
+    sweep(nodes, movers_only, rise=False)
+    if must_shed:
+        # Forced sheds compete for the room at their exact locations (one processor's quota,
+        # several locations; one location, several processors): match them exactly.
+        for path, (owner, share) in _match_exact(nodes, must_shed, optional_budget):
+            node = nodes[path]
+            chosen = [c for c in node.candidates if c[2] == owner and not c[3]]
+            chosen.sort(key=_shed_order)
+            taken = set()
+            for candidate in chosen[:share]:
+                if place_one(candidate[1], node, True):
+                    must_shed[candidate[2]] -= 1
+                    given_up.add(candidate[1])
+                    taken.add(candidate)
+            node.candidates = [c for c in node.candidates if c not in taken]
     sweep(nodes, gain, rise=False)
 
     # Optional sheds are made whatever happens; those that non-local tasks cannot make cost an

@@ -423,4 +423,10 @@ CASES = [
             "Partition 11": "p-3",
         },
     ),
+    (
+        ["Partition 0", "Partition 6", "Partition 8", "Partition 16"],
+        {"p1": "z0/r1/h1", "p2": "z2/r0/h4", "p3": "z2/r0/h0", "p6": "z2/r0/h4"},
+        {"Partition 6": "z2/r0/h4", "Partition 8": "z0/r1/h1", "Partition 16": "z0/r1/h1"},
+        {"Partition 0": "p2", "Partition 8": "p2", "Partition 6": "p3", "Partition 16": "p3"},
+    ),
 ]
