@@ -1,14 +1,217 @@
-"""``affinity jobmodel show`` and ``affinity locality show``: read a running job's state."""
+"""``affinity jobmodel show`` and ``affinity locality show``: read a running job's state.
+
+::
+
+    affinity jobmodel show --config job.yaml [--version N] [--json]
+    affinity locality show --config job.yaml [--json]
+
+``--json`` prints the job-model JSON (format 1, DESIGN.md "Job-model format"), or for locality
+``{"processors": {id: location}, "tasks": {task: location}}``. Without it, a readable summary.
+Nothing is written to ZooKeeper. Exit codes: 0 shown; 2 bad input (unusable config, no such job,
+no such version, nothing published yet); 1 ZooKeeper unreachable, access denied or corrupt data.
+Errors are one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from typing import Any
+
+import structlog
+
+from coordinator.config import ConfigError, JobConfig, load_config
+from coordinator.zk_client import client_from_config, store_from_config
+from metadata.errors import MetadataError
+from metadata.serde import dump_job_model
+from metadata.zk import NotFound, ZkMetadataStore
+
+__all__ = ["add_commands", "show_job_model", "show_locality"]
+
+#: How many task names a summary line lists before "... (+N more)".
+SHOWN_TASKS = 8
+#: Reads give up after this long when ZooKeeper does not answer.
+READ_DEADLINE_S = 10.0
+
+
+class _NothingToShow(Exception):
+    """The job exists but has nothing of what was asked (exit code 2)."""
 
 
 def add_commands(subparsers: Any) -> None:
-    del subparsers  # filled in with the ZooKeeper metadata store
+    jobmodel = subparsers.add_parser("jobmodel", help="show a running job's job model")
+    jobmodel_commands = jobmodel.add_subparsers(dest="jobmodel_command", required=True)
+    show = jobmodel_commands.add_parser("show", help="show the latest (or a given) job model")
+    show.add_argument("--config", required=True, help="the job's YAML configuration")
+    show.add_argument("--version", type=int, help="the job-model version (default: the latest)")
+    show.add_argument("--json", action="store_true", help="print the job-model JSON (format 1)")
+    show.set_defaults(handler=show_job_model)
+
+    locality = subparsers.add_parser("locality", help="show a running job's locality")
+    locality_commands = locality.add_subparsers(dest="locality_command", required=True)
+    show = locality_commands.add_parser("show", help="show processor and task locality")
+    show.add_argument("--config", required=True, help="the job's YAML configuration")
+    show.add_argument("--json", action="store_true", help='print {"processors", "tasks"} JSON')
+    show.set_defaults(handler=show_locality)
 
 
-def _unused(args: argparse.Namespace) -> int:  # pragma: no cover
+def show_job_model(args: argparse.Namespace) -> int:
+    return _with_store(args.config, lambda config, store: _show_job_model(args, config, store))
+
+
+def show_locality(args: argparse.Namespace) -> int:
+    return _with_store(args.config, lambda config, store: _show_locality(args, config, store))
+
+
+# ---------------------------------------------------------------- plumbing
+
+
+def _fail(message: object, code: int) -> int:
+    text = " ".join(str(message).split())
+    print(f"affinity: error: {text}", file=sys.stderr)
+    return code
+
+
+def _quiet_logging() -> None:
+    """Keep stdout for the answer and stderr for the one error line: the store's diagnostics are
+    silenced, unless the process configured logging itself."""
+    if not structlog.is_configured():
+        structlog.configure(
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+            wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+        )
+    kazoo_logger = logging.getLogger("kazoo")
+    if kazoo_logger.level == logging.NOTSET:
+        kazoo_logger.setLevel(logging.CRITICAL)
+
+
+def _with_store(config_path: str, action: Callable[[JobConfig, ZkMetadataStore], int]) -> int:
+    _quiet_logging()
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        return _fail(exc, 2)
+    try:
+        client = client_from_config(config)
+    except MetadataError as exc:  # names the hosts and what went wrong
+        return _fail(exc, 1)
+    try:
+        store = store_from_config(config, client, retry_deadline_s=READ_DEADLINE_S)
+        if not store.job_exists():
+            return _fail(
+                f"no job {config.job.name}-{config.job.id} on ZooKeeper {config.zookeeper.connect} "
+                f"(no folder {config.job_folder})",
+                2,
+            )
+        return action(config, store)
+    except (_NothingToShow, NotFound) as exc:
+        return _fail(exc, 2)
+    except MetadataError as exc:
+        return _fail(exc, 1)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _natural_key(name: str) -> list[Any]:
+    """ "Partition 2" before "Partition 10"."""
+    return [
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)
+    ]
+
+
+def _names(names: Iterable[str]) -> str:
+    ordered = sorted(names, key=_natural_key)
+    shown = ", ".join(ordered[:SHOWN_TASKS])
+    more = len(ordered) - SHOWN_TASKS
+    return f"{shown}, ... (+{more} more)" if more > 0 else shown
+
+
+def _tasks(count: int) -> str:
+    return f"{count} task" if count == 1 else f"{count} tasks"
+
+
+# ---------------------------------------------------------------- jobmodel show
+
+
+def _show_job_model(args: argparse.Namespace, config: JobConfig, store: ZkMetadataStore) -> int:
+    latest = store.read_latest_version()
+    version = args.version if args.version is not None else latest
+    if version is None:
+        raise _NothingToShow(
+            f"job {config.job.name}-{config.job.id} has no published job model yet"
+        )
+    document = store.read_job_model_document(version)
+    model = document.model
+    if args.json:
+        sys.stdout.write(
+            dump_job_model(model, run_id=document.run_id, grouper=document.grouper).decode() + "\n"
+        )
+        return 0
+    lines = [
+        f"job {config.job.name}-{config.job.id} at {config.job_folder} "
+        f"(ZooKeeper {config.zookeeper.connect})",
+        f"job model version {version} (latest {latest}), run {document.run_id or '-'}, "
+        f"grouper {document.grouper or '-'}",
+    ]
+    state = store.barrier_state(version)
+    if state is None:
+        lines.append(f"barrier {version}: gone (removed by retention)")
+    else:
+        expected = store.barrier_expected(version)
+        joined = store.barrier_participants(version)
+        lines.append(
+            f"barrier {version}: {state}, {len(joined & expected)} of {len(expected)} expected "
+            "processors joined"
+        )
+    total = sum(len(c.tasks) for c in model.containers.values())
+    lines.append(f"{len(model.containers)} processors, {_tasks(total)}")
+    width = max((len(pid) for pid in model.containers), default=0)
+    for pid in sorted(model.containers, key=_natural_key):
+        container = model.containers[pid]
+        names = f": {_names(container.tasks)}" if container.tasks else ""
+        lines.append(
+            f"  {pid.ljust(width)}  {container.location_id or '-'}  "
+            f"{_tasks(len(container.tasks))}{names}"
+        )
+    print("\n".join(lines))
+    return 0
+
+
+# ---------------------------------------------------------------- locality show
+
+
+def _show_locality(args: argparse.Namespace, config: JobConfig, store: ZkMetadataStore) -> int:
+    processors = store.read_processor_locality()
+    tasks = store.read_task_locality()
+    if args.json:
+        print(
+            json.dumps(
+                {"processors": processors, "tasks": tasks}, sort_keys=True, ensure_ascii=False
+            )
+        )
+        return 0
+    by_location: dict[str, list[str]] = defaultdict(list)
+    for task, location in tasks.items():
+        by_location[location].append(task)
+    lines = [
+        f"job {config.job.name}-{config.job.id} at {config.job_folder}, run {config.job.run_id}",
+        f"{len(processors)} live processors:",
+    ]
+    width = max((len(pid) for pid in processors), default=0)
+    lines += [
+        f"  {pid.ljust(width)}  {processors[pid]}" for pid in sorted(processors, key=_natural_key)
+    ]
+    lines.append(f"{_tasks(len(tasks))} with locality, at {len(by_location)} locations:")
+    width = max((len(loc) for loc in by_location), default=0)
+    lines += [
+        f"  {loc.ljust(width)}  {_tasks(len(names))}: {_names(names)}"
+        for loc, names in sorted(by_location.items())
+    ]
+    print("\n".join(lines))
     return 0

@@ -1,0 +1,266 @@
+"""The ZooKeeper metadata store on a real ZooKeeper: job-model size and speed, locality writes.
+
+For T = 100,000 and 1,000,000 tasks (P = 100 processors), on a private ZooKeeper server
+(Debian's package, ``tests/zkserver.py``) on loopback:
+
+- job model: JSON bytes (format 1), bytes stored in ZooKeeper (zlib), number of chunk nodes and
+  the largest node; median wall time to publish (serialise, compress, write the chunks, commit
+  the manifest + version + barrier in one fenced transaction) and to read it back (read,
+  verify, decompress, parse);
+- task locality (one node per task): time, write operations and transactions of a full write
+  (an empty store), of a rewrite with 1% of the tasks moved to another location, and of a full
+  read. Write operations are counted by the store (``ZkMetadataStore.ops``).
+
+Usage: ``python benchmarks/zk_store.py [--quick] [--doc PATH] [--no-write]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_ROOT))
+sys.path.insert(0, str(_ROOT / "tests"))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import structlog  # noqa: E402
+from zkserver import ZooKeeperServer  # noqa: E402
+
+from benchmarks._report import DOC, machine, median_time, table, write_section  # noqa: E402
+from metadata.model import (  # noqa: E402
+    ContainerModel,
+    FrozenMap,
+    JobModel,
+    SystemStreamPartition,
+    TaskModel,
+)
+from metadata.zk import ZkMetadataStore, connect  # noqa: E402
+
+FULL = (100_000, 1_000_000)
+QUICK = (1_000, 10_000)
+PROCESSORS = 100
+
+
+@dataclass
+class JobModelRow:
+    tasks: int
+    json_bytes: int
+    stored_bytes: int
+    chunks: int
+    largest_node: int
+    publish_s: float
+    read_s: float
+    runs: int
+
+
+@dataclass
+class LocalityRow:
+    tasks: int
+    full_s: float
+    full_ops: int
+    full_transactions: int
+    changed_s: float
+    changed_ops: int
+    changed_transactions: int
+    read_s: float
+
+
+def build_model(tasks: int, processors: int = PROCESSORS) -> JobModel:
+    containers = {}
+    for p in range(processors):
+        owned = {}
+        for i in range(p, tasks, processors):
+            task = TaskModel(
+                f"Partition {i}", frozenset({SystemStreamPartition("kafka", "events", i)}), i
+            )
+            owned[task.name] = task
+        pid = f"processor-{p}"
+        containers[pid] = ContainerModel(pid, f"zone-{p % 3}/node-{p}", FrozenMap(owned))
+    return JobModel(1, FrozenMap(containers), FrozenMap({"job.name": "bench"}))
+
+
+def node_sizes(store: ZkMetadataStore, version: int) -> list[int]:
+    folder = f"{store.job_folder}/jobModels/{version}"
+    names = store.client.get_children(folder)
+    sizes = [len(store.client.get(folder)[0])]
+    sizes += [len(store.client.get(f"{folder}/{name}")[0]) for name in names]
+    return sizes
+
+
+def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobModelRow:
+    client = connect(server.hosts, session_timeout_s=30.0)
+    try:
+        store = ZkMetadataStore(client, f"/bench/jobmodel-{tasks}", run_id="bench")
+        store.ensure_layout()
+        epoch = store.acquire_epoch()
+        model = build_model(tasks)
+        versions = iter(range(1, repeat + 2))
+        participants = list(model.containers)
+
+        def publish() -> int:
+            version = next(versions)
+            store.publish_job_model(
+                JobModel(version, model.containers, model.config),
+                epoch=epoch,
+                participants=participants,
+                grouper="host-affinity",
+            )
+            return version
+
+        publish_s, version = median_time(publish, repeat)
+        read_s, read_back = median_time(lambda: store.read_job_model(version), repeat)
+        if read_back.containers != model.containers:
+            raise AssertionError("the job model read back differs from the one published")
+        manifest = json.loads(store.client.get(f"{store.job_folder}/jobModels/{version}")[0])
+        sizes = node_sizes(store, version)
+        return JobModelRow(
+            tasks=tasks,
+            json_bytes=manifest["raw_size"],
+            stored_bytes=sum(sizes),
+            chunks=len(manifest["chunks"]),
+            largest_node=max(sizes),
+            publish_s=publish_s,
+            read_s=read_s,
+            runs=repeat,
+        )
+    finally:
+        client.stop()
+        client.close()
+
+
+def bench_locality(server: ZooKeeperServer, tasks: int) -> LocalityRow:
+    client = connect(server.hosts, session_timeout_s=30.0)
+    try:
+        store = ZkMetadataStore(
+            client, f"/bench/locality-{tasks}", run_id="bench", retry_deadline_s=120.0
+        )
+        store.ensure_layout()
+        locality = {f"Partition {i}": f"zone-{i % 3}/node-{i % PROCESSORS}" for i in range(tasks)}
+
+        transactions = store.transactions
+        started = time.perf_counter()
+        full_ops = store.write_task_locality(locality)
+        full_s = time.perf_counter() - started
+        full_transactions = store.transactions - transactions
+
+        for i in range(0, tasks, 100):  # 1% of the tasks move
+            locality[f"Partition {i}"] = "zone-9/elsewhere"
+        transactions = store.transactions
+        started = time.perf_counter()
+        changed_ops = store.write_task_locality(locality)
+        changed_s = time.perf_counter() - started
+        changed_transactions = store.transactions - transactions
+
+        read_s, read_back = median_time(store.read_task_locality, 1)
+        if read_back != locality:
+            raise AssertionError("the locality read back differs from the one written")
+        return LocalityRow(
+            tasks=tasks,
+            full_s=full_s,
+            full_ops=full_ops,
+            full_transactions=full_transactions,
+            changed_s=changed_s,
+            changed_ops=changed_ops,
+            changed_transactions=changed_transactions,
+            read_s=read_s,
+        )
+    finally:
+        client.stop()
+        client.close()
+
+
+def megabytes(count: int) -> str:
+    return f"{count / 1_000_000:,.2f} MB"
+
+
+def report(models: list[JobModelRow], localities: list[LocalityRow], seconds: float) -> str:
+    model_table = table(
+        ["tasks", "JSON", "stored", "chunks", "largest node", "publish", "read", "runs"],
+        [
+            [
+                f"{r.tasks:,}",
+                megabytes(r.json_bytes),
+                megabytes(r.stored_bytes),
+                r.chunks,
+                f"{r.largest_node:,} B",
+                f"{r.publish_s:.2f} s",
+                f"{r.read_s:.2f} s",
+                r.runs,
+            ]
+            for r in models
+        ],
+    )
+    locality_table = table(
+        ["tasks", "full write", "ops", "txns", "1% write", "ops", "txns", "full read"],
+        [
+            [
+                f"{r.tasks:,}",
+                f"{r.full_s:.2f} s",
+                f"{r.full_ops:,}",
+                r.full_transactions,
+                f"{r.changed_s:.2f} s",
+                f"{r.changed_ops:,}",
+                r.changed_transactions,
+                f"{r.read_s:.2f} s",
+            ]
+            for r in localities
+        ],
+    )
+    return (
+        "## ZooKeeper metadata store (`benchmarks/zk_store.py`)\n\n"
+        f"A private ZooKeeper 3.8 (Debian package) on loopback; {machine()}; "
+        f"{PROCESSORS} processors; total run {seconds:.0f} s.\n\n"
+        "Job model (format-1 JSON, zlib-compressed, chunks of at most 900,000 bytes; ZooKeeper's "
+        "limit is 1,048,575 bytes per node). Publish = serialise + compress + write chunks + one "
+        "fenced commit transaction; read = read + verify + decompress + parse; "
+        "median over the runs.\n\n"
+        f"{model_table}\n\n"
+        "Task locality, one node per task. Full write = every task into an empty store; 1% write "
+        "= the same map with 1% of the tasks moved (the store reads the current values with "
+        "multiRead requests and writes only what differs); ops = write operations counted by "
+        "the store; txns = transactions (each under the 1 MB request limit).\n\n"
+        f"{locality_table}\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+    parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to write")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    sizes = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    models, localities = [], []
+    with tempfile.TemporaryDirectory(prefix="zk-bench-") as workdir:
+        server = ZooKeeperServer(Path(workdir), heap_mb=3072)
+        server.start()
+        try:
+            for tasks in sizes:
+                repeat = 3 if tasks <= 100_000 else 1
+                print(f"job model, {tasks:,} tasks ...", flush=True)
+                models.append(bench_job_model(server, tasks, repeat))
+                print(f"locality, {tasks:,} tasks ...", flush=True)
+                localities.append(bench_locality(server, tasks))
+        finally:
+            server.stop()
+    markdown = report(models, localities, time.perf_counter() - started)
+    print()
+    print(markdown)
+    if not args.no_write:
+        write_section("zk_store", markdown, doc=args.doc)
+        print(f"wrote section 'zk_store' of {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""Version barriers: ``barriers/barrier_<v>`` (ZkBarrierForVersionUpgrade of the source design).
+
+The leader creates barrier v in the same transaction that publishes job model v
+(:meth:`Barriers.create_ops`): the barrier node holds ``{"version", "expected": [processor ids]}``,
+``state`` holds ``NEW`` and ``participants/`` is empty. Each processor of v joins with an ephemeral
+``participants/<processor id, url-encoded>`` (so a processor that dies leaves the barrier). The
+leader watches the participants and marks the barrier ``DONE`` when every expected processor has
+joined, or ``TIMED_OUT``; a decided barrier stays decided. Marking is a leader write, fenced by
+the leader epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from metadata.errors import CorruptDataError
+from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
+from metadata.zk_errors import NodeExists, NotFound, TransactionRejected, WriteConflict
+from metadata.zk_layout import JobLayout, decode_name, encode_name
+from metadata.zk_ops import Op, ZkOps
+from metadata.zk_watch import Watch
+
+__all__ = ["DONE", "NEW", "STATES", "TIMED_OUT", "Barriers"]
+
+NEW = "NEW"
+DONE = "DONE"
+TIMED_OUT = "TIMED_OUT"
+STATES = frozenset({NEW, DONE, TIMED_OUT})
+
+
+@dataclass
+class _Seen:
+    """What a barrier watch has seen so far (both kazoo watches update it)."""
+
+    state: str | None = None
+    existed: bool = False
+    participants: frozenset[str] = frozenset()
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Barriers:
+    """Creates, joins, watches and decides the barriers of one job."""
+
+    def __init__(self, ops: ZkOps, layout: JobLayout, epochs: LeaderEpochs) -> None:
+        self._ops = ops
+        self._layout = layout
+        self._epochs = epochs
+
+    def create_ops(self, version: int, participants: Collection[str]) -> list[Op]:
+        """The operations creating barrier ``version``: state NEW, expecting ``participants``."""
+        expected = sorted(set(participants))
+        for pid in expected:
+            encode_name(pid)  # raises on an empty id
+        document = {"version": version, "expected": expected}
+        data = json.dumps(document, separators=(",", ":")).encode()
+        return [
+            Op("create", self._layout.barrier(version), data),
+            Op("create", self._layout.barrier_state(version), NEW.encode()),
+            Op("create", self._layout.barrier_participants(version), b""),
+        ]
+
+    def join(self, version: int, processor_id: str) -> None:
+        """Join barrier ``version`` as ``processor_id`` (ephemeral: leaving = the session ending).
+
+        Joining twice from one session is a no-op; a processor id already joined by another live
+        session raises :class:`WriteConflict`; a missing barrier raises :class:`NotFound`.
+        """
+        path = self._layout.barrier_participant(version, processor_id)
+        try:
+            self._ops.create(path, b"", what="join barrier", ephemeral=True)
+        except NotFound:
+            raise NotFound(
+                self._layout.barrier(version), f"barrier {version} does not exist"
+            ) from None
+        except NodeExists:
+            stat = self._ops.exists(path, "check barrier participant")
+            session = self._ops.client.client_id
+            if stat is not None and session and stat.ephemeralOwner == session[0]:
+                return
+            if stat is None:  # the other session just ended: try once more
+                self._ops.create(path, b"", what="join barrier", ephemeral=True)
+                return
+            raise WriteConflict(
+                path, f"{processor_id!r} already joined barrier {version} from another session"
+            ) from None
+        self._ops.log.info("zk.barrier_joined", version=version, processor_id=processor_id)
+
+    def state(self, version: int) -> str | None:
+        """NEW, DONE or TIMED_OUT; None if barrier ``version`` does not exist."""
+        found = self._ops.get(self._layout.barrier_state(version), "read barrier state")
+        return None if found is None else self._decode_state(version, found[0])
+
+    def _decode_state(self, version: int, data: bytes) -> str:
+        state = data.decode("utf-8", errors="replace")
+        if state not in STATES:
+            raise CorruptDataError(
+                self._layout.barrier_state(version),
+                f"barrier state should be one of {sorted(STATES)}, got {state[:40]!r}",
+            )
+        return state
+
+    def participants(self, version: int) -> set[str]:
+        """The processor ids that joined barrier ``version`` (NotFound if it does not exist)."""
+        path = self._layout.barrier_participants(version)
+        names = self._ops.children(path, "read barrier participants")
+        if names is None:
+            raise NotFound(self._layout.barrier(version), f"barrier {version} does not exist")
+        return {decode_name(name, f"{path}/{name}") for name in names}
+
+    def expected(self, version: int) -> set[str]:
+        """The processor ids barrier ``version`` waits for (NotFound if it does not exist)."""
+        path = self._layout.barrier(version)
+        found = self._ops.get(path, "read barrier")
+        if found is None:
+            raise NotFound(path, f"barrier {version} does not exist")
+        try:
+            document = json.loads(found[0])
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptDataError(path, f"barrier is not valid JSON: {exc}") from None
+        expected = document.get("expected") if isinstance(document, dict) else None
+        if not isinstance(expected, list) or not all(isinstance(p, str) for p in expected):
+            raise CorruptDataError(path, "barrier has no list of expected processor ids")
+        return set(expected)
+
+    def set_state(self, version: int, state: str, *, epoch: LeaderEpoch) -> None:
+        """Decide barrier ``version`` (DONE or TIMED_OUT), fenced by ``epoch``.
+
+        Setting the state it already has is a no-op; changing a decided barrier raises
+        :class:`WriteConflict`; a deposed leader gets :class:`FencedOut` and changes nothing.
+        """
+        if state not in (DONE, TIMED_OUT):
+            raise ValueError(f"a barrier can only be marked DONE or TIMED_OUT, not {state!r}")
+        path = self._layout.barrier_state(version)
+        found = self._ops.get(path, "read barrier state")
+        if found is None:
+            raise NotFound(self._layout.barrier(version), f"barrier {version} does not exist")
+        current = self._decode_state(version, found[0])
+        if current == state:
+            return
+        if current != NEW:
+            raise WriteConflict(
+                path, f"barrier {version} is already {current}; cannot mark it {state}"
+            )
+        guard = self._epochs.guard(epoch)
+        try:
+            self._ops.commit(
+                [guard, Op("set", path, state.encode(), version=found[1].version)],
+                f"mark barrier {version} {state}",
+            )
+        except TransactionRejected as exc:
+            if exc.index == 0:
+                raise self._epochs.fenced_out(epoch, f"mark barrier {version} {state}") from None
+            if self.state(version) == state:  # our own earlier attempt, its answer lost
+                return
+            raise WriteConflict(
+                path, f"barrier {version} changed while marking it {state}"
+            ) from None
+        self._ops.log.info("zk.barrier_decided", version=version, state=state, epoch=epoch.epoch)
+
+    def watch(self, version: int, callback: Callable[[str | None, set[str]], None]) -> Watch:
+        """Call ``callback(state, participants)`` now and whenever either changes.
+
+        ``state`` is None once the barrier is gone (removed by retention); the watch then ends.
+        """
+        watch = Watch(self._ops.log, "barrier", self._layout.barrier(version))
+        seen = _Seen()
+        participants_path = self._layout.barrier_participants(version)
+
+        def emit() -> bool:
+            with seen.lock:
+                state, joined = seen.state, set(seen.participants)
+            return watch.deliver(callback, state, joined)
+
+        def on_state(data: bytes | None, stat: ZnodeStat | None) -> bool:
+            if data is None and stat is None:
+                with seen.lock:
+                    existed, seen.state = seen.existed, None
+                keep = emit()
+                return keep and not existed  # the barrier was removed: nothing more to see
+            try:
+                state = self._decode_state(version, data or b"")
+            except CorruptDataError:
+                self._ops.log.exception("zk.barrier_state_corrupt", version=version)
+                return not watch.stopped
+            with seen.lock:
+                seen.state, seen.existed = state, True
+            return emit()
+
+        def on_participants(names: list[str]) -> bool:
+            try:
+                joined = {decode_name(n, f"{participants_path}/{n}") for n in names}
+            except CorruptDataError:
+                self._ops.log.exception("zk.barrier_participants_corrupt", version=version)
+                return not watch.stopped
+            with seen.lock:
+                seen.participants = frozenset(joined)
+            return emit()
+
+        def start() -> None:
+            DataWatch(self._ops.client, self._layout.barrier_state(version), on_state)
+            ChildrenWatch(self._ops.client, participants_path, on_participants)
+
+        self._ops.call("watch barrier", self._layout.barrier(version), start)
+        return watch
+
+    def delete_ops(self, version: int) -> list[Op]:
+        """Operations removing barrier ``version`` and everything under it (children first)."""
+        barrier = self._layout.barrier(version)
+        participants = self._layout.barrier_participants(version)
+        joined = self._ops.children(participants, "list barrier participants") or []
+        ops = [Op("delete", f"{participants}/{name}") for name in joined]
+        for child in self._ops.children(barrier, "list barrier") or []:
+            ops.append(Op("delete", f"{barrier}/{child}"))
+        ops.append(Op("delete", barrier))
+        return ops

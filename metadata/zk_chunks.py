@@ -1,0 +1,193 @@
+"""Compressed, chunked, checksummed blobs: how a job model of any size fits in ZooKeeper nodes.
+
+Pure logic, no I/O. :func:`split_blob` compresses a payload (zlib) and cuts it into chunks of at
+most ``chunk_size`` bytes; the :class:`Manifest` lists every chunk with its size and CRC-32 and the
+SHA-256 of the whole compressed payload. :func:`join_blob` checks all of it and raises
+:class:`~metadata.errors.CorruptDataError` naming the chunk (or manifest) path and the problem.
+
+Manifest (the data of ``jobModels/<version>``), format 1::
+
+    {"format": 1, "version": 7, "epoch": 3, "encoding": "zlib",
+     "raw_size": 162562815, "size": 11668510, "sha256": "<hex>",
+     "chunks": [{"name": "e3-00000", "size": 900000, "crc32": 123}, ...]}
+
+Chunk names carry the writer's leader epoch, so two leaders (one of them deposed) never write the
+same chunk node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metadata.errors import CorruptDataError
+
+__all__ = ["MANIFEST_FORMAT", "ChunkRef", "Manifest", "chunk_epoch", "join_blob", "split_blob"]
+
+MANIFEST_FORMAT = 1
+ENCODING = "zlib"
+_CHUNK_NAME = re.compile(r"^e(\d+)-(\d{5,})$")
+
+
+def chunk_name(epoch: int, index: int) -> str:
+    return f"e{epoch}-{index:05d}"
+
+
+def chunk_epoch(name: str) -> int | None:
+    """The epoch in a chunk name (``e3-00001`` -> 3), or None if ``name`` is not a chunk name."""
+    match = _CHUNK_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """One chunk as the manifest lists it."""
+
+    name: str
+    size: int
+    crc32: int
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What a committed job-model version consists of (see the module docstring)."""
+
+    version: int
+    epoch: int
+    raw_size: int
+    size: int
+    sha256: str
+    chunks: tuple[ChunkRef, ...]
+    encoding: str = ENCODING
+    format: int = MANIFEST_FORMAT
+
+    def to_bytes(self) -> bytes:
+        document = {
+            "format": self.format,
+            "version": self.version,
+            "epoch": self.epoch,
+            "encoding": self.encoding,
+            "raw_size": self.raw_size,
+            "size": self.size,
+            "sha256": self.sha256,
+            "chunks": [{"name": c.name, "size": c.size, "crc32": c.crc32} for c in self.chunks],
+        }
+        return json.dumps(document, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: str) -> Manifest:
+        """Decode a manifest; anything unusable raises CorruptDataError naming ``path``."""
+        try:
+            document = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptDataError(path, f"manifest is not valid JSON: {exc}") from None
+        if not isinstance(document, dict):
+            raise CorruptDataError(path, "manifest is not a JSON object")
+        fmt = _field(document, "format", int, path)
+        if fmt != MANIFEST_FORMAT:
+            raise CorruptDataError(
+                path, f"unknown manifest format {fmt} (this reader knows {MANIFEST_FORMAT})"
+            )
+        encoding = _field(document, "encoding", str, path)
+        if encoding != ENCODING:
+            raise CorruptDataError(path, f"unknown encoding {encoding!r} (expected {ENCODING!r})")
+        raw_chunks = _field(document, "chunks", list, path)
+        chunks = []
+        for i, raw in enumerate(raw_chunks):
+            if not isinstance(raw, dict):
+                raise CorruptDataError(path, f"chunks[{i}] is not an object")
+            name = _field(raw, "name", str, path, f"chunks[{i}].")
+            if chunk_epoch(name) is None:
+                raise CorruptDataError(path, f"chunks[{i}].name {name!r} is not a chunk name")
+            chunks.append(
+                ChunkRef(
+                    name,
+                    _field(raw, "size", int, path, f"chunks[{i}]."),
+                    _field(raw, "crc32", int, path, f"chunks[{i}]."),
+                )
+            )
+        return cls(
+            version=_field(document, "version", int, path),
+            epoch=_field(document, "epoch", int, path),
+            raw_size=_field(document, "raw_size", int, path),
+            size=_field(document, "size", int, path),
+            sha256=_field(document, "sha256", str, path),
+            chunks=tuple(chunks),
+            encoding=encoding,
+            format=fmt,
+        )
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type, path: str, prefix: str = "") -> Any:
+    value = obj.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise CorruptDataError(
+            path, f"manifest field {prefix}{key} should be {kind.__name__}, got {value!r:.60}"
+        )
+    return value
+
+
+def split_blob(
+    raw: bytes, *, version: int, epoch: int, chunk_size: int, level: int = 6
+) -> tuple[Manifest, list[tuple[str, bytes]]]:
+    """Compress ``raw`` and cut it into chunks of at most ``chunk_size`` bytes."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    compressed = zlib.compress(raw, level)
+    pieces = [compressed[i : i + chunk_size] for i in range(0, len(compressed), chunk_size)]
+    chunks = [(chunk_name(epoch, i), piece) for i, piece in enumerate(pieces)]
+    manifest = Manifest(
+        version=version,
+        epoch=epoch,
+        raw_size=len(raw),
+        size=len(compressed),
+        sha256=hashlib.sha256(compressed).hexdigest(),
+        chunks=tuple(ChunkRef(name, len(data), zlib.crc32(data)) for name, data in chunks),
+    )
+    return manifest, chunks
+
+
+def join_blob(manifest: Manifest, chunks: Mapping[str, bytes | None], *, path: str) -> bytes:
+    """Check every chunk against ``manifest`` and return the decompressed payload.
+
+    ``chunks`` maps chunk name -> data (None: the node is missing); ``path`` is the manifest's
+    path (chunk ``c`` lives at ``path/c``).
+    """
+    parts = []
+    total = len(manifest.chunks)
+    for index, ref in enumerate(manifest.chunks):
+        chunk_path = f"{path}/{ref.name}"
+        data = chunks.get(ref.name)
+        if data is None:
+            raise CorruptDataError(chunk_path, f"missing chunk {index + 1} of {total}")
+        if len(data) != ref.size or zlib.crc32(data) != ref.crc32:
+            raise CorruptDataError(
+                chunk_path,
+                f"checksum mismatch in chunk {index + 1} of {total} "
+                f"(size {len(data)}, crc32 {zlib.crc32(data)}; manifest says size {ref.size}, "
+                f"crc32 {ref.crc32})",
+            )
+        parts.append(data)
+    compressed = b"".join(parts)
+    if (
+        len(compressed) != manifest.size
+        or hashlib.sha256(compressed).hexdigest() != manifest.sha256
+    ):
+        raise CorruptDataError(
+            path, "checksum mismatch: the chunks do not add up to the manifest's SHA-256"
+        )
+    decompressor = zlib.decompressobj()
+    try:
+        raw = decompressor.decompress(compressed, manifest.raw_size + 1)
+    except zlib.error as exc:
+        raise CorruptDataError(path, f"cannot decompress the job model: {exc}") from None
+    if len(raw) != manifest.raw_size or not decompressor.eof:
+        raise CorruptDataError(
+            path, f"decompressed size differs from the manifest's raw_size {manifest.raw_size}"
+        )
+    return raw

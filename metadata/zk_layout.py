@@ -1,0 +1,148 @@
+"""The ZooKeeper layout of one job (DESIGN.md "ZooKeeper layout"), as paths.
+
+::
+
+    <job folder>/                         e.g. /affinity/clicks-1
+      processors/processor-<seq>          ephemeral sequential; JSON registration
+      jobModels/<version>                 manifest (the commit marker); empty while being written
+      jobModels/<version>/e<epoch>-<i>    compressed chunks of the job-model JSON
+      jobModelVersion                     the latest published version (decimal text)
+      barriers/barrier_<version>          JSON {"version", "expected": [processor ids]}
+      barriers/barrier_<version>/state    NEW | DONE | TIMED_OUT
+      barriers/barrier_<version>/participants/<processor id, url-encoded>   ephemeral
+      localityData                        JSON {"run_id"}: the run the entries belong to
+      localityData/<task name, url-encoded>   the task's location id (UTF-8 text)
+      leader/epoch                        the leader epoch (decimal text); fences leader writes
+      leader/election/                    election nodes (kazoo's Election recipe)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from metadata.errors import CorruptDataError
+
+__all__ = ["JobLayout", "decode_name", "encode_name", "parse_int_name", "processor_sequence"]
+
+PROCESSOR_PREFIX = "processor-"
+BARRIER_PREFIX = "barrier_"
+_SEQUENCE = re.compile(r"^processor-(\d{10,})$")
+
+
+def encode_name(name: str) -> str:
+    """A task name or processor id as one node name: URL-encoded (``Partition 3`` ->
+    ``Partition%203``), with ``.`` and ``..`` (not valid node names) encoded too."""
+    if not name:
+        raise ValueError("a name must not be empty")
+    encoded = quote(name, safe="")
+    if encoded in (".", ".."):
+        encoded = encoded.replace(".", "%2E")
+    return encoded
+
+
+def decode_name(node_name: str, path: str) -> str:
+    """The inverse of :func:`encode_name`; a node name it would not produce is corrupt data."""
+    try:
+        decoded = unquote(node_name, errors="strict") if "%" in node_name else node_name
+    except UnicodeDecodeError:
+        raise CorruptDataError(path, f"node name {node_name!r} is not URL-encoded UTF-8") from None
+    try:
+        canonical = encode_name(decoded)
+    except ValueError:
+        canonical = ""
+    if canonical != node_name:
+        raise CorruptDataError(path, f"node name {node_name!r} is not a URL-encoded name")
+    return decoded
+
+
+def parse_int_name(node_name: str) -> int | None:
+    """``"12"`` -> 12; anything else (including ``"012"`` or ``"-1"``) -> None."""
+    if node_name.isdigit() and (node_name == "0" or not node_name.startswith("0")):
+        return int(node_name)
+    return None
+
+
+def processor_sequence(node_name: str) -> int | None:
+    """The sequence number of a ``processor-<seq>`` node name, or None if it is not one."""
+    match = _SEQUENCE.match(node_name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobLayout:
+    """Every path of one job's folder (see the module docstring)."""
+
+    folder: str
+
+    def __post_init__(self) -> None:
+        if not self.folder.startswith("/") or self.folder == "/" or self.folder.endswith("/"):
+            raise ValueError(
+                f"job folder must be an absolute path like /affinity/job-1, got {self.folder!r}"
+            )
+
+    @property
+    def processors(self) -> str:
+        return f"{self.folder}/processors"
+
+    @property
+    def processor_prefix(self) -> str:
+        return f"{self.processors}/{PROCESSOR_PREFIX}"
+
+    @property
+    def job_models(self) -> str:
+        return f"{self.folder}/jobModels"
+
+    def job_model(self, version: int) -> str:
+        return f"{self.job_models}/{version}"
+
+    @property
+    def job_model_version(self) -> str:
+        return f"{self.folder}/jobModelVersion"
+
+    @property
+    def barriers(self) -> str:
+        return f"{self.folder}/barriers"
+
+    def barrier(self, version: int) -> str:
+        return f"{self.barriers}/{BARRIER_PREFIX}{version}"
+
+    def barrier_state(self, version: int) -> str:
+        return f"{self.barrier(version)}/state"
+
+    def barrier_participants(self, version: int) -> str:
+        return f"{self.barrier(version)}/participants"
+
+    def barrier_participant(self, version: int, processor_id: str) -> str:
+        return f"{self.barrier_participants(version)}/{encode_name(processor_id)}"
+
+    @property
+    def locality(self) -> str:
+        return f"{self.folder}/localityData"
+
+    def locality_entry(self, task_name: str) -> str:
+        return f"{self.locality}/{encode_name(task_name)}"
+
+    @property
+    def leader(self) -> str:
+        return f"{self.folder}/leader"
+
+    @property
+    def epoch(self) -> str:
+        return f"{self.leader}/epoch"
+
+    @property
+    def election(self) -> str:
+        return f"{self.leader}/election"
+
+    def containers(self) -> tuple[str, ...]:
+        """The persistent folders :meth:`ZkMetadataStore.ensure_layout` creates, parents first."""
+        return (
+            self.folder,
+            self.processors,
+            self.job_models,
+            self.barriers,
+            self.leader,
+            self.election,
+        )

@@ -1,0 +1,181 @@
+"""Processor registrations: ephemeral sequential nodes ``processors/processor-<seq>``.
+
+Each node holds JSON ``{"processor_id", "location_id", "host", "registration_id", ...extra}`` and
+lives as long as the registering client's session. Two live registrations with one processor id
+(a restarted processor whose old session has not expired yet, or a misconfiguration) are both
+reported by :meth:`ProcessorRegistry.read`: the older one (lower sequence) wins, the newer ones
+are returned as duplicates.
+
+A registration whose answer was lost to a connection drop is looked up by its
+``registration_id`` before trying again, so a retry never registers a processor twice.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch
+
+from metadata.errors import CorruptDataError
+from metadata.zk_errors import NotFound
+from metadata.zk_layout import PROCESSOR_PREFIX, JobLayout, processor_sequence
+from metadata.zk_ops import ZkOps
+from metadata.zk_watch import Watch
+
+__all__ = ["ProcessorRegistration", "ProcessorRegistry"]
+
+_RESERVED = frozenset({"processor_id", "location_id", "host", "registration_id"})
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorRegistration:
+    """One live processor registration (``node`` is its path, ``sequence`` its sequence number)."""
+
+    processor_id: str
+    location_id: str
+    host: str
+    node: str
+    sequence: int
+    data: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+class ProcessorRegistry:
+    """Registers processors and reads who is alive, and where."""
+
+    def __init__(self, ops: ZkOps, layout: JobLayout) -> None:
+        self._ops = ops
+        self._layout = layout
+
+    def register(self, processor_id: str, location_id: str, host: str = "", **extra: Any) -> str:
+        """Register a processor for the life of this client's session; returns the node path."""
+        if not processor_id:
+            raise ValueError("processor_id must not be empty")
+        if not location_id:
+            raise ValueError("location_id must not be empty")
+        reserved = _RESERVED.intersection(extra)
+        if reserved:
+            raise ValueError(f"extra fields may not override {sorted(reserved)}")
+        registration_id = uuid.uuid4().hex
+        document = {
+            **extra,
+            "processor_id": processor_id,
+            "location_id": location_id,
+            "host": host,
+            "registration_id": registration_id,
+        }
+        data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+        node = self._ops.create(
+            self._layout.processor_prefix,
+            data,
+            what="register processor",
+            ephemeral=True,
+            sequence=True,
+            recover=lambda: self._find(registration_id),
+        )
+        self._ops.log.info(
+            "zk.processor_registered", processor_id=processor_id, location_id=location_id, node=node
+        )
+        return node
+
+    def _find(self, registration_id: str) -> str | None:
+        """The node of our own earlier attempt (same registration id, our session), if any.
+
+        Runs inside the retry loop of :meth:`register` (kazoo errors are mapped there).
+        """
+        client = self._ops.client
+        session = client.client_id
+        for name in client.get_children(self._layout.processors):
+            path = f"{self._layout.processors}/{name}"
+            try:
+                data, stat = client.get(path)
+            except NoNodeError:
+                continue  # another processor's node expired meanwhile
+            if session and stat.ephemeralOwner == session[0] and registration_id.encode() in data:
+                return path
+        return None
+
+    def unregister(self, node: str) -> None:
+        """Remove a registration (no error if it is already gone)."""
+        if not node.startswith(self._layout.processor_prefix):
+            raise ValueError(f"{node!r} is not a processor registration of this job")
+        self._ops.delete(node, what="unregister processor")
+        self._ops.log.info("zk.processor_unregistered", node=node)
+
+    def read(self) -> tuple[list[ProcessorRegistration], list[ProcessorRegistration]]:
+        """(live registrations, one per processor id, sorted by sequence; losing duplicates)."""
+        names = self._ops.children(self._layout.processors, "list processors") or []
+        paths = [f"{self._layout.processors}/{name}" for name in names]
+        found = self._ops.get_many(paths, "read processors", self._layout.processors)
+        registrations = []
+        for name, path in zip(names, paths, strict=True):
+            entry = found.get(path)
+            if entry is None:
+                continue  # expired between listing and reading
+            registrations.append(self._decode(name, path, entry[0]))
+        registrations.sort(key=lambda r: r.sequence)
+        winners: dict[str, ProcessorRegistration] = {}
+        duplicates = []
+        for registration in registrations:
+            if registration.processor_id in winners:
+                duplicates.append(registration)
+            else:
+                winners[registration.processor_id] = registration
+        if duplicates:
+            self._ops.log.warning(
+                "zk.duplicate_processors",
+                duplicates=[(d.processor_id, d.node) for d in duplicates],
+            )
+        return list(winners.values()), duplicates
+
+    def locality(self) -> dict[str, str]:
+        """Live processor id -> location id."""
+        winners, _ = self.read()
+        return {r.processor_id: r.location_id for r in winners}
+
+    def _decode(self, name: str, path: str, data: bytes) -> ProcessorRegistration:
+        sequence = processor_sequence(name)
+        if sequence is None:
+            raise CorruptDataError(path, f"not a {PROCESSOR_PREFIX}<sequence> node")
+        try:
+            document = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptDataError(
+                path, f"processor registration is not valid JSON: {exc}"
+            ) from None
+        if not isinstance(document, dict):
+            raise CorruptDataError(path, "processor registration is not a JSON object")
+        processor_id = document.get("processor_id")
+        location_id = document.get("location_id")
+        host = document.get("host", "")
+        if not isinstance(processor_id, str) or not processor_id:
+            raise CorruptDataError(
+                path, f"processor_id should be a non-empty string, got {processor_id!r:.60}"
+            )
+        if not isinstance(location_id, str) or not location_id:
+            raise CorruptDataError(
+                path, f"location_id should be a non-empty string, got {location_id!r:.60}"
+            )
+        if not isinstance(host, str):
+            raise CorruptDataError(path, f"host should be a string, got {host!r:.60}")
+        return ProcessorRegistration(processor_id, location_id, host, path, sequence, document)
+
+    def watch(self, callback: Callable[[list[str]], None]) -> Watch:
+        """Call ``callback(children)`` now and on every change of ``processors/``."""
+        if self._ops.exists(self._layout.processors, "watch processors") is None:
+            raise NotFound(self._layout.processors, "the job folder is not set up (ensure_layout)")
+        watch = Watch(self._ops.log, "processors", self._layout.processors)
+
+        def on_children(children: list[str]) -> bool:
+            return watch.deliver(callback, sorted(children))
+
+        self._ops.call(
+            "watch processors",
+            self._layout.processors,
+            lambda: ChildrenWatch(self._ops.client, self._layout.processors, on_children),
+        )
+        return watch

@@ -1,0 +1,79 @@
+"""Shared fixtures. ZooKeeper: one real server per test session, a fresh job folder per test.
+
+- ``zk_server``: a private ZooKeeper (Debian package) on a free loopback port, for the session.
+  Tests must not stop or kill it; a test that needs to crash a server uses ``zk_private_server``.
+- ``zk_private_server``: a server of the test's own (about 1 s to start), free to kill/restart.
+- ``zk_client``: a started KazooClient (``metadata.zk.connect``) on ``zk_server``.
+- ``zk_job_folder``: a job folder no other test uses.
+- ``zk_store``: a ``ZkMetadataStore`` on that folder, layout created, run id ``run-1``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from zkserver import ZooKeeperServer
+
+from metadata.zk import ZkMetadataStore, connect
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_private_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path / "zookeeper")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_connect() -> Iterator[Callable[..., KazooClient]]:
+    """``zk_connect(hosts, **kwargs)``: metadata.zk.connect, closed at the end of the test."""
+    clients: list[KazooClient] = []
+
+    def make(hosts: str, **kwargs: Any) -> KazooClient:
+        kwargs.setdefault("session_timeout_s", 6.0)
+        client = connect(hosts, **kwargs)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.stop()
+        client.close()
+
+
+@pytest.fixture
+def zk_client(zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]) -> KazooClient:
+    return zk_connect(zk_server.hosts)
+
+
+@pytest.fixture
+def zk_job_folder(request: pytest.FixtureRequest) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:60]
+    return f"/affinity-test/{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def zk_store(zk_client: KazooClient, zk_job_folder: str) -> Iterator[ZkMetadataStore]:
+    store = ZkMetadataStore(zk_client, zk_job_folder, run_id="run-1", retry_deadline_s=10.0)
+    store.ensure_layout()
+    yield store
+    store.close()

@@ -1,0 +1,142 @@
+"""Version barriers on a real ZooKeeper: join, watch, decide, session expiry, bad data."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient
+from zkserver import ZooKeeperServer
+
+from metadata.errors import CorruptDataError
+from metadata.model import ContainerModel, FrozenMap, JobModel
+from metadata.zk import LeaderEpoch, NotFound, WriteConflict, ZkMetadataStore
+
+pytestmark = pytest.mark.zk
+
+PROCESSORS = ["p-1", "p-2", "zone/a b"]
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def epoch(zk_store: ZkMetadataStore) -> LeaderEpoch:
+    """Version 1 published with barrier 1 expecting PROCESSORS."""
+    leader_epoch = zk_store.acquire_epoch()
+    containers = {pid: ContainerModel(pid, "loc") for pid in PROCESSORS}
+    zk_store.publish_job_model(
+        JobModel(1, FrozenMap(containers)), epoch=leader_epoch, participants=PROCESSORS
+    )
+    return leader_epoch
+
+
+@pytest.fixture
+def processor_store(
+    zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
+) -> ZkMetadataStore:
+    return ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.job_folder, run_id="run-1")
+
+
+def test_join_watch_and_done(
+    zk_store: ZkMetadataStore, processor_store: ZkMetadataStore, epoch: LeaderEpoch
+) -> None:
+    events: list[tuple[str | None, set[str]]] = []
+    done = threading.Event()
+
+    def on_barrier(state: str | None, joined: set[str]) -> None:
+        events.append((state, joined))
+        if state == "DONE":
+            done.set()
+
+    zk_store.watch_barrier(1, on_barrier)
+    for pid in PROCESSORS:
+        processor_store.join_barrier(1, pid)
+    wait_for(lambda: events[-1][1] == set(PROCESSORS))
+    assert zk_store.barrier_participants(1) == set(PROCESSORS)
+    zk_store.set_barrier_state(1, "DONE", epoch=epoch)
+
+    assert done.wait(10)
+    assert events[0][0] == "NEW"
+    assert events[-1] == ("DONE", set(PROCESSORS))
+    assert zk_store.barrier_state(1) == "DONE"
+
+
+def test_participant_leaves_when_its_session_expires(
+    zk_store: ZkMetadataStore,
+    processor_store: ZkMetadataStore,
+    zk_server: ZooKeeperServer,
+    epoch: LeaderEpoch,
+) -> None:
+    processor_store.join_barrier(1, "p-1")
+    zk_store.join_barrier(1, "p-2")
+    assert zk_store.barrier_participants(1) == {"p-1", "p-2"}
+
+    zk_server.expire_session(processor_store.client)
+
+    assert zk_store.barrier_participants(1) == {"p-2"}
+
+
+def test_join_is_idempotent_per_session_and_exclusive_across_sessions(
+    zk_store: ZkMetadataStore, processor_store: ZkMetadataStore, epoch: LeaderEpoch
+) -> None:
+    processor_store.join_barrier(1, "p-1")
+    processor_store.join_barrier(1, "p-1")
+    with pytest.raises(WriteConflict, match="another session"):
+        zk_store.join_barrier(1, "p-1")
+    assert zk_store.barrier_participants(1) == {"p-1"}
+
+
+def test_missing_barrier(zk_store: ZkMetadataStore) -> None:
+    assert zk_store.barrier_state(9) is None
+    with pytest.raises(NotFound) as error:
+        zk_store.join_barrier(9, "p-1")
+    assert error.value.path == f"{zk_store.job_folder}/barriers/barrier_9"
+    with pytest.raises(NotFound):
+        zk_store.barrier_participants(9)
+    with pytest.raises(NotFound):
+        zk_store.barrier_expected(9)
+
+
+def test_a_decided_barrier_stays_decided(zk_store: ZkMetadataStore, epoch: LeaderEpoch) -> None:
+    zk_store.set_barrier_state(1, "TIMED_OUT", epoch=epoch)
+    zk_store.set_barrier_state(1, "TIMED_OUT", epoch=epoch)  # same state: a no-op
+    with pytest.raises(WriteConflict, match="already TIMED_OUT"):
+        zk_store.set_barrier_state(1, "DONE", epoch=epoch)
+    with pytest.raises(ValueError):
+        zk_store.set_barrier_state(1, "NEW", epoch=epoch)
+    assert zk_store.barrier_state(1) == "TIMED_OUT"
+
+
+def test_garbage_barrier_state(zk_store: ZkMetadataStore, epoch: LeaderEpoch) -> None:
+    path = f"{zk_store.job_folder}/barriers/barrier_1/state"
+    zk_store.client.set(path, b"MAYBE")
+    with pytest.raises(CorruptDataError) as error:
+        zk_store.barrier_state(1)
+    assert error.value.path == path
+    assert zk_store.client.get(path)[0] == b"MAYBE"
+
+
+def test_watch_ends_when_retention_removes_the_barrier(zk_store: ZkMetadataStore) -> None:
+    store = ZkMetadataStore(zk_store.client, zk_store.job_folder, run_id="run-1", retention=1)
+    epoch = store.acquire_epoch()
+    model = JobModel(1, FrozenMap({"p-1": ContainerModel("p-1", "loc")}))
+    store.publish_job_model(model, epoch=epoch, participants=["p-1"])
+    states: list[str | None] = []
+    store.watch_barrier(1, lambda state, joined: states.append(state))
+
+    store.publish_job_model(
+        JobModel(2, FrozenMap({"p-1": ContainerModel("p-1", "loc")})),
+        epoch=epoch,
+        participants=["p-1"],
+    )
+
+    wait_for(lambda: states[-1] is None)
+    assert states[0] == "NEW"

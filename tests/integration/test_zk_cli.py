@@ -1,0 +1,205 @@
+"""``affinity jobmodel show`` and ``affinity locality show`` against a real ZooKeeper, run as the
+real command (a subprocess), so stdout holds only the answer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kazoo.client import KazooClient
+from zkserver import ZooKeeperServer, free_port
+
+from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
+from metadata.serde import load_job_model_document
+from metadata.zk import ZkMetadataStore
+
+pytestmark = pytest.mark.zk
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def affinity(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def task(i: int) -> TaskModel:
+    return TaskModel(f"Partition {i}", frozenset({SystemStreamPartition("kafka", "events", i)}), i)
+
+
+def model(version: int) -> JobModel:
+    containers = {
+        "p-1": ContainerModel(
+            "p-1", "zone-a/node-1", {t.name: t for t in map(task, range(0, 12, 2))}
+        ),
+        "p-2": ContainerModel(
+            "p-2", "zone-b/node-2", {t.name: t for t in map(task, range(1, 12, 2))}
+        ),
+        "p-3": ContainerModel("p-3", "zone-b/node-3", {}),
+    }
+    return JobModel(version, FrozenMap(containers), FrozenMap({"job.name": "clicks"}))
+
+
+def write_config(path: Path, hosts: str, root: str, **zookeeper: object) -> Path:
+    document = {
+        "job": {"name": "clicks", "id": "1", "run_id": "r1"},
+        "zookeeper": {"connect": hosts, "root": root, "connect_timeout_ms": 3000, **zookeeper},
+        "inputs": [{"system": "kafka", "stream": "events", "partitions": 12}],
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+@pytest.fixture
+def running_job(
+    zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient], tmp_path: Path
+) -> Iterator[tuple[Path, ZkMetadataStore]]:
+    """A job with versions 1 and 2 published, barrier 2 DONE, processors and locality."""
+    root = f"/cli-{uuid.uuid4().hex[:8]}"
+    store = ZkMetadataStore(zk_connect(zk_server.hosts), f"{root}/clicks-1", run_id="r1")
+    store.ensure_layout()
+    epoch = store.acquire_epoch()
+    for version in (1, 2):
+        store.publish_job_model(
+            model(version), epoch=epoch, participants=["p-1", "p-2", "p-3"], grouper="host-affinity"
+        )
+    for pid in ("p-1", "p-2", "p-3"):
+        store.join_barrier(2, pid)
+    store.set_barrier_state(2, "DONE", epoch=epoch)
+    store.register_processor("p-1", "zone-a/node-1")
+    store.register_processor("p-2", "zone-b/node-2")
+    store.write_task_locality({"Partition 0": "zone-a/node-1", "Partition 1": "zone-b/node-2"})
+    yield write_config(tmp_path / "job.yaml", zk_server.hosts, root), store
+    store.close()
+
+
+def test_jobmodel_show_json_is_the_job_model_format(
+    running_job: tuple[Path, ZkMetadataStore],
+) -> None:
+    config, _ = running_job
+    result = affinity("jobmodel", "show", "--config", str(config), "--json")
+
+    assert result.returncode == 0, result.stderr
+    document = load_job_model_document(result.stdout)
+    assert document.model == model(2)
+    assert (document.run_id, document.grouper) == ("r1", "host-affinity")
+    assert json.loads(result.stdout)["format"] == 1
+
+
+def test_jobmodel_show_a_given_version(running_job: tuple[Path, ZkMetadataStore]) -> None:
+    config, _ = running_job
+    result = affinity("jobmodel", "show", "--config", str(config), "--version", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    assert load_job_model_document(result.stdout).model == model(1)
+
+
+def test_jobmodel_show_summary(running_job: tuple[Path, ZkMetadataStore]) -> None:
+    config, _ = running_job
+    result = affinity("jobmodel", "show", "--config", str(config))
+
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "job model version 2 (latest 2), run r1, grouper host-affinity" in out
+    assert "barrier 2: DONE, 3 of 3 expected processors joined" in out
+    assert "3 processors, 12 tasks" in out
+    assert "p-1  zone-a/node-1  6 tasks: Partition 0, Partition 2, Partition 4" in out
+    assert "p-3  zone-b/node-3  0 tasks" in out
+    assert result.stderr == ""
+
+
+def test_locality_show(running_job: tuple[Path, ZkMetadataStore]) -> None:
+    config, _ = running_job
+    as_json = affinity("locality", "show", "--config", str(config), "--json")
+    summary = affinity("locality", "show", "--config", str(config))
+
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == {
+        "processors": {"p-1": "zone-a/node-1", "p-2": "zone-b/node-2"},
+        "tasks": {"Partition 0": "zone-a/node-1", "Partition 1": "zone-b/node-2"},
+    }
+    assert summary.returncode == 0, summary.stderr
+    assert "2 live processors" in summary.stdout
+    assert "2 tasks with locality, at 2 locations" in summary.stdout
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+def test_missing_version_exits_2(running_job: tuple[Path, ZkMetadataStore]) -> None:
+    config, _ = running_job
+    result = affinity("jobmodel", "show", "--config", str(config), "--version", "9")
+    assert result.returncode == 2
+    assert "jobModels/9" in one_error_line(result)
+
+
+def test_missing_job_exits_2(zk_server: ZooKeeperServer, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "job.yaml", zk_server.hosts, "/no-such-root")
+    for command in (["jobmodel", "show"], ["locality", "show"]):
+        result = affinity(*command, "--config", str(config))
+        assert result.returncode == 2
+        assert "no job clicks-1" in one_error_line(result)
+
+
+def test_bad_config_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("job: {name: clicks}\nzookeeper: {root: relative}\n")
+    result = affinity("jobmodel", "show", "--config", str(bad))
+    assert result.returncode == 2
+    assert "zookeeper.root" in one_error_line(result)
+
+    result = affinity("locality", "show", "--config", str(tmp_path / "missing.yaml"))
+    assert result.returncode == 2
+    assert "cannot read configuration file" in one_error_line(result)
+
+
+def test_unreachable_zookeeper_exits_1(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "job.yaml", f"127.0.0.1:{free_port()}", "/affinity")
+    result = affinity("jobmodel", "show", "--config", str(config))
+    assert result.returncode == 1
+    assert "could not connect" in one_error_line(result)
+
+
+def test_protected_job_without_credentials_exits_1(
+    zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient], tmp_path: Path
+) -> None:
+    root = f"/cli-{uuid.uuid4().hex[:8]}"
+    auth = "ops:pw"
+    store = ZkMetadataStore(
+        zk_connect(zk_server.hosts, auth=auth), f"{root}/clicks-1", run_id="r1", auth=auth
+    )
+    store.ensure_layout()
+    store.publish_job_model(model(1), epoch=store.acquire_epoch(), participants=["p-1"])
+
+    denied = affinity(
+        "jobmodel",
+        "show",
+        "--config",
+        str(write_config(tmp_path / "a.yaml", zk_server.hosts, root)),
+    )
+    allowed = affinity(
+        "jobmodel",
+        "show",
+        "--json",
+        "--config",
+        str(write_config(tmp_path / "b.yaml", zk_server.hosts, root, auth=auth)),
+    )
+
+    assert denied.returncode == 1
+    assert "permission denied" in one_error_line(denied)
+    assert allowed.returncode == 0, allowed.stderr
+    assert load_job_model_document(allowed.stdout).model == model(1)

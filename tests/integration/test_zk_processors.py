@@ -1,0 +1,125 @@
+"""Processor registrations on a real ZooKeeper: register, duplicates, expiry, watch, bad data."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient
+from zkserver import ZooKeeperServer
+
+from metadata.errors import CorruptDataError
+from metadata.zk import ZkMetadataStore
+
+pytestmark = pytest.mark.zk
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def test_register_and_read_processor_locality(zk_store: ZkMetadataStore) -> None:
+    node = zk_store.register_processor("p-1", "zone-a/node-1", host="node-1", executor="3")
+    zk_store.register_processor("p-2", "zone-b/node-2")
+
+    live, duplicates = zk_store.read_processors()
+
+    assert node.startswith(f"{zk_store.job_folder}/processors/processor-")
+    assert [r.processor_id for r in live] == ["p-1", "p-2"]
+    assert live[0].node == node and live[0].host == "node-1" and live[0].data["executor"] == "3"
+    assert live[0].sequence < live[1].sequence
+    assert duplicates == []
+    assert zk_store.read_processor_locality() == {"p-1": "zone-a/node-1", "p-2": "zone-b/node-2"}
+    stored = json.loads(zk_store.client.get(node)[0])
+    assert stored["processor_id"] == "p-1" and stored["location_id"] == "zone-a/node-1"
+    assert zk_store.client.exists(node).ephemeralOwner == zk_store.client.client_id[0]
+
+
+def test_duplicate_processor_id_older_registration_wins(
+    zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
+) -> None:
+    other = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.job_folder, run_id="run-1")
+    older = zk_store.register_processor("p-1", "zone-a/node-1")
+    newer = other.register_processor("p-1", "zone-b/node-9")
+
+    live, duplicates = zk_store.read_processors()
+
+    assert [(r.processor_id, r.node) for r in live] == [("p-1", older)]
+    assert [(r.processor_id, r.node, r.location_id) for r in duplicates] == [
+        ("p-1", newer, "zone-b/node-9")
+    ]
+    assert zk_store.read_processor_locality() == {"p-1": "zone-a/node-1"}
+
+
+def test_expired_session_removes_registration_and_watch_sees_it(
+    zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
+) -> None:
+    processor_client = zk_connect(zk_server.hosts)
+    processor = ZkMetadataStore(processor_client, zk_store.job_folder, run_id="run-1")
+    processor.register_processor("p-dies", "zone-a/node-1")
+    zk_store.register_processor("p-stays", "zone-b/node-2")
+    seen: list[list[str]] = []
+    changed = threading.Event()
+
+    def on_change(children: list[str]) -> None:
+        seen.append(children)
+        changed.set()
+
+    zk_store.watch_processors(on_change)
+    assert len(seen[0]) == 2
+    changed.clear()
+
+    zk_server.expire_session(processor_client)
+
+    assert changed.wait(10)
+    wait_for(lambda: len(seen[-1]) == 1)
+    assert zk_store.read_processor_locality() == {"p-stays": "zone-b/node-2"}
+    # The expired client got a new session and can register again.
+    processor.register_processor("p-dies", "zone-a/node-1")
+    assert set(zk_store.read_processor_locality()) == {"p-dies", "p-stays"}
+
+
+def test_unregister_and_stopped_watch(zk_store: ZkMetadataStore) -> None:
+    calls: list[list[str]] = []
+    watch = zk_store.watch_processors(calls.append)
+    node = zk_store.register_processor("p-1", "loc")
+    wait_for(lambda: len(calls) == 2)
+    watch.stop()
+
+    zk_store.unregister_processor(node)
+    zk_store.unregister_processor(node)  # already gone: no error
+    time.sleep(0.3)
+
+    assert zk_store.read_processors() == ([], [])
+    assert len(calls) == 2
+
+
+def test_garbage_registration_is_reported_with_its_path(zk_store: ZkMetadataStore) -> None:
+    path = zk_store.client.create(
+        f"{zk_store.job_folder}/processors/processor-", b"{not json", ephemeral=True, sequence=True
+    )
+
+    with pytest.raises(CorruptDataError) as error:
+        zk_store.read_processors()
+
+    assert error.value.path == path
+    assert "not valid JSON" in error.value.problem
+    assert zk_store.client.get(path)[0] == b"{not json"  # the reader overwrote nothing
+
+
+def test_registration_without_location_is_corrupt(zk_store: ZkMetadataStore) -> None:
+    zk_store.client.create(
+        f"{zk_store.job_folder}/processors/processor-",
+        json.dumps({"processor_id": "p-1"}).encode(),
+        ephemeral=True,
+        sequence=True,
+    )
+    with pytest.raises(CorruptDataError, match="location_id"):
+        zk_store.read_processor_locality()
