@@ -39,6 +39,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from groupers.api import GrouperError, GrouperMetadata
 from groupers.locations import Path, common_depth, location_path
@@ -175,6 +176,11 @@ def _match_exact(
             if not augment(pid):
                 break
     return [(path, (pid, count)) for (pid, path), count in sorted(flow.items()) if count > 0]
+
+
+Route = Literal["forced", "optional"]
+FORCED: Route = "forced"
+OPTIONAL: Route = "optional"
 
 
 def _shed_order(candidate: _Candidate) -> tuple[bool, int, str, str]:
@@ -347,14 +353,16 @@ def assign(
 
     def shed(
         node: _Node,
-        wanted: Callable[[_Candidate, int], bool],
+        wanted: Callable[[_Candidate, int], bool | Route],
         depth: int,
         on_shed: Callable[[_Candidate], None] | None = None,
     ) -> None:
         """Give up the candidates here that ``wanted`` accepts, while quotas and room last.
 
-        Non-local candidates go first (shedding them never costs an exact location), then the
-        least close to their own processor. ``on_shed`` hears of every candidate given up.
+        ``wanted`` answers False (keep it), True (a forced shed if its processor owes one, else
+        an optional one), "forced" or "optional" (only that kind). Non-local candidates go first
+        (shedding them never costs an exact location), then the least close to their own
+        processor. ``on_shed`` hears of every candidate given up.
         """
         nonlocal supply_budget
         if not node.candidates or not (node.mandatory or node.optional):
@@ -363,15 +371,26 @@ def assign(
         remaining: list[_Candidate] = []
         for candidate in node.candidates:
             _, name, pid, is_local = candidate
-            if not wanted(candidate, depth):
+            route = wanted(candidate, depth)
+            if not route:
                 remaining.append(candidate)
-            elif not is_local and must_shed.get(pid) and place_one(name, node, True):
+            elif (
+                route != OPTIONAL
+                and not is_local
+                and must_shed.get(pid)
+                and place_one(name, node, True)
+            ):
                 must_shed[pid] -= 1
                 given_up.add(name)
                 lossy_forced[pid] = max(0, lossy_forced.get(pid, 0) - (candidate[0] > depth))
                 if on_shed:
                     on_shed(candidate)
-            elif may_shed.get(pid) and supply_budget and place_one(name, node, False):
+            elif (
+                route != FORCED
+                and may_shed.get(pid)
+                and supply_budget
+                and place_one(name, node, False)
+            ):
                 may_shed[pid] -= 1
                 supply_budget -= 1
                 given_up.add(name)
@@ -451,10 +470,12 @@ def assign(
             for _, _, pid, is_local in node.candidates:
                 if not is_local:
                     non_local_left[pid] += 1
-        shortfall = supply_budget - sum(
-            min(left, max(0, non_local_left[pid] - must_shed.get(pid, 0)))
+        # Optional sheds each processor's non-local tasks can make: kept for them.
+        reserved = {
+            pid: min(left, max(0, non_local_left[pid] - must_shed.get(pid, 0)))
             for pid, left in may_shed.items()
-        )
+        }
+        shortfall = supply_budget - sum(reserved.values())
 
         def count_down(candidate: _Candidate) -> None:
             nonlocal shortfall
@@ -463,7 +484,14 @@ def assign(
         def zero_loss_local(node: _Node, depth: int) -> None:
             shed(
                 node,
-                lambda c, d: c[3] and c[0] == d and shortfall > 0,
+                lambda c, d: (
+                    OPTIONAL
+                    if c[3]
+                    and c[0] == d
+                    and shortfall > 0
+                    and may_shed.get(c[2], 0) > reserved.get(c[2], 0)
+                    else False
+                ),
                 depth,
                 count_down,
             )
@@ -516,17 +544,19 @@ def assign(
     # non-local tasks (they lose a rack or a zone at most), then local ones (an exact location).
     def lossy_supply_placed(candidate: _Candidate) -> None:
         nonlocal lossy_supply
-        if not must_shed.get(candidate[2]):
+        if candidate[3] or not lossy_forced.get(candidate[2]):
             lossy_supply = max(0, lossy_supply - 1)
 
-    def lossy(local_ones: bool) -> Callable[[_Candidate, int], bool]:
-        def wanted(candidate: _Candidate, depth: int) -> bool:
+    def lossy(local_ones: bool) -> Callable[[_Candidate, int], bool | Route]:
+        def wanted(candidate: _Candidate, depth: int) -> bool | Route:
             closeness, _, pid, is_local = candidate
             if closeness == 0 or is_local != local_ones:
                 return False
             if lossy_forced.get(pid) and not is_local:
-                return True
-            return bool(lossy_supply and may_shed.get(pid) and not must_shed.get(pid))
+                return FORCED
+            if lossy_supply and may_shed.get(pid):
+                return OPTIONAL
+            return False
 
         return wanted
 

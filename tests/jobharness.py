@@ -45,7 +45,7 @@ class JobHarness:
         session_timeout_ms: int = 4000,
         debounce_ms: int = 300,
         debounce_max_ms: int = 2000,
-        barrier_timeout_ms: int = 6000,
+        barrier_timeout_ms: int = 12000,
         processor_grace_ms: int = 0,
         grouper_options: dict[str, Any] | None = None,
         name: str = "clicks",
