@@ -9,10 +9,11 @@ an integer, got 'x'``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from metadata.errors import JobModelFormatError
 from metadata.model import (
@@ -88,8 +89,7 @@ def job_model_to_dict(model: JobModel, *, run_id: str = "", grouper: str = "") -
 
 def dump_job_model(model: JobModel, *, run_id: str = "", grouper: str = "") -> bytes:
     """Serialise ``model`` as compact UTF-8 JSON (deterministic: keys sorted by name)."""
-    document = job_model_to_dict(model, run_id=run_id, grouper=grouper)
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+    return orjson.dumps(job_model_to_dict(model, run_id=run_id, grouper=grouper))
 
 
 # ---------------------------------------------------------------- reading
@@ -131,6 +131,9 @@ def _obj(value: Any, path: str) -> Mapping[str, Any]:
 
 
 def _ssp_from_dict(value: Any, path: str) -> SystemStreamPartition:
+    fast = _fast_ssp(value)
+    if fast is not None:
+        return fast
     obj = _obj(value, path)
     system = _str(_get(obj, "system", path), f"{path}.system")
     stream = _str(_get(obj, "stream", path), f"{path}.stream")
@@ -142,8 +145,33 @@ def _ssp_from_dict(value: Any, path: str) -> SystemStreamPartition:
         raise JobModelFormatError(path, str(exc)) from None
 
 
+def _fast_ssp(value: Any) -> SystemStreamPartition | None:
+    """A well-formed partition entry, or None (then the slow path names the problem)."""
+    if type(value) is not dict:
+        return None
+    system, stream = value.get("system"), value.get("stream")
+    partition, bucket = value.get("partition"), value.get("key_bucket", -1)
+    if (
+        type(system) is str
+        and type(stream) is str
+        and type(partition) is int
+        and type(bucket) is int
+        and partition >= 0
+        and bucket >= -1
+    ):
+        return SystemStreamPartition(system, stream, partition, bucket)
+    return None
+
+
 def task_from_dict(value: Any, path: str = "task") -> TaskModel:
     """Decode one TaskModel (as written by :func:`task_to_dict`)."""
+    if type(value) is dict:  # fast path: no error paths are formatted unless something is wrong
+        name, changelog = value.get("name"), value.get("changelog_partition", -1)
+        raw = value.get("partitions", [])
+        if type(name) is str and name and type(changelog) is int and type(raw) is list:
+            fast = [_fast_ssp(p) for p in raw]
+            if None not in fast:
+                return TaskModel(name, frozenset(fast), changelog)  # type: ignore[arg-type]
     obj = _obj(value, path)
     name = _str(_get(obj, "name", path), f"{path}.name")
     changelog = _int(
@@ -222,7 +250,7 @@ def job_model_from_dict(value: Any) -> JobModelDocument:
 def load_job_model_document(data: bytes | str) -> JobModelDocument:
     """Parse JSON bytes/text into a :class:`JobModelDocument`."""
     try:
-        value = json.loads(data)
+        value = orjson.loads(data)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge numbers
         raise JobModelFormatError("<document>", f"not valid JSON: {exc}") from None
     return job_model_from_dict(value)
