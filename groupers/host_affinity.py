@@ -533,11 +533,13 @@ def assign(
             nothing_to_lose[pid] += 1
     for pid, left in must_shed.items():
         lossy_forced[pid] = max(0, left - nothing_to_lose[pid])
-    # A task with nothing to lose serves a forced shed of its processor first.
-    free_supply = sum(
-        min(left, max(0, nothing_to_lose[pid] - must_shed.get(pid, 0)))
+    # A task with nothing to lose serves a forced shed of its processor first; the optional
+    # sheds the rest of them can make are kept for them.
+    free_reserved = {
+        pid: min(left, max(0, nothing_to_lose[pid] - must_shed.get(pid, 0)))
         for pid, left in may_shed.items()
-    )
+    }
+    free_supply = sum(free_reserved.values())
     lossy_supply = max(0, supply_budget - free_supply)
 
     # B2: the sheds that must lose, nearest first (deepest common node with some room): first
@@ -554,7 +556,7 @@ def assign(
                 return False
             if lossy_forced.get(pid) and not is_local:
                 return FORCED
-            if lossy_supply and may_shed.get(pid):
+            if lossy_supply and may_shed.get(pid, 0) > free_reserved.get(pid, 0):
                 return OPTIONAL
             return False
 
