@@ -18,11 +18,11 @@ demo: venv zookeeper
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml examples/grouper_plugin/pyproject.toml examples/pipeline/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m pip install -q -e examples/grouper_plugin
+	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e examples/grouper_plugin -e examples/pipeline
 	touch $@
 
 zookeeper:

@@ -1,0 +1,65 @@
+"""The Spark application the tests share (see conftest.py); importable by the test modules
+(``from spark_app import SparkApp``) under a name no other test folder uses."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from affinity_pipeline.cluster import StandaloneCluster, spark_session
+
+from locality.spark import SparkExecutor, SparkExecutors
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+WORKER_HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+LOCALITY_WAIT = "30s"
+
+
+class SparkApp:
+    """The test session's Spark application (restartable)."""
+
+    def __init__(self, cluster: StandaloneCluster, hosts: tuple[str, ...]) -> None:
+        self.cluster = cluster
+        self.hosts = hosts
+        self.session: SparkSession | None = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        self.session = spark_session(
+            self.cluster.master_url,
+            app_name="affinity-tests",
+            locality_wait=LOCALITY_WAIT,
+            log4j_config=self.cluster.quiet_log4j_config,
+        )
+        self.ready()
+
+    @property
+    def sc(self) -> SparkContext:
+        assert self.session is not None, "the application is stopped"
+        return self.session.sparkContext
+
+    @property
+    def app_id(self) -> str:
+        return str(self.sc.applicationId)
+
+    def executors(self) -> list[SparkExecutor]:
+        return SparkExecutors(self.sc).list()
+
+    def ready(self, timeout_s: float = 120.0, exclude: tuple[str, ...] = ()) -> list[SparkExecutor]:
+        """Wait until each worker host has a live executor (ids in ``exclude`` not counted)."""
+        return SparkExecutors(self.sc).wait_for(
+            len(self.hosts), hosts=self.hosts, exclude=exclude, timeout_s=timeout_s
+        )
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+
+    def restart(self) -> None:
+        """Stop the application and start a new one (new application id, new executors)."""
+        self.stop()
+        self.restarts += 1
+        self.start()
