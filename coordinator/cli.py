@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from coordinator import cli_demo, cli_plan, cli_run, cli_store
+from coordinator import cli_demo, cli_plan, cli_run, cli_spark, cli_store
 
 __all__ = ["build_parser", "main"]
 
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Host-affinity job coordinator for stateful pipelines on Spark.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (cli_demo, cli_plan, cli_run, cli_store):
+    for module in (cli_demo, cli_plan, cli_run, cli_spark, cli_store):
         module.add_commands(subparsers)
     return parser
 
