@@ -1,10 +1,11 @@
-"""``affinity demo``: the life of a stateful job, rebalance by rebalance.
+"""``affinity demo``: the reference stateful pipeline on a real Spark cluster, placed by a real
+coordinator, against Spark's default placement (:mod:`coordinator.demo`).
 
-Until the Spark pipeline lands (issue 5), the demo replays a job's membership changes through the
-groupers alone, with no ZooKeeper and no Spark: 240 tasks on 12 processors, 3 per host; then a
-processor is killed, it comes back under a new id, every processor is restarted in turn (a
-rolling upgrade), and 3 processors are added. After each rebalance it counts, for ``host-affinity``
-and for the locality-blind ``round-robin``:
+``affinity demo --simulate``: the life of a stateful job, rebalance by rebalance. It replays a
+job's membership changes through the groupers alone, with no ZooKeeper and no Spark: 240 tasks
+on 12 processors, 3 per host; then a processor is killed, it comes back under a new id, every
+processor is restarted in turn (a rolling upgrade), and 3 processors are added. After each
+rebalance it counts, for ``host-affinity`` and for the locality-blind ``round-robin``:
 
 - moved: tasks that changed processor (the lower bound is what balance forces);
 - warm: tasks that run where their state is (the host they last ran on);
@@ -19,12 +20,13 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from groupers import GrouperMetadata, get_grouper, validate
 from metadata.model import ContainerModel, SystemStreamPartition, TaskModel
 
-__all__ = ["Step", "add_commands", "simulate"]
+__all__ = ["Step", "add_commands", "run_simulation", "simulate"]
 
 TASKS = 240
 HOSTS = 4
@@ -118,8 +120,16 @@ def simulate() -> tuple[list[Step], dict[str, Totals]]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if not args.simulate:
+        from coordinator.demo import run_demo as run_spark_demo
+
+        return run_spark_demo(args)
+    return run_simulation(args)
+
+
+def run_simulation(args: argparse.Namespace) -> int:
     steps, totals = simulate()
-    print("affinity demo: grouper simulation (no ZooKeeper or Spark yet; see README 'Status')")
+    print("affinity demo --simulate: grouper simulation (no ZooKeeper or Spark)")
     print(f"{TASKS} tasks, {HOSTS} hosts x {PER_HOST} processors\n")
     header = f"{'rebalance':<28}{'host-affinity moved/bound warm restored':>42}"
     header += f"{'round-robin moved warm restored':>36}"
@@ -161,7 +171,22 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def add_commands(subparsers: Any) -> None:
     demo = subparsers.add_parser(
-        "demo", help="the life of a stateful job, rebalance by rebalance (grouper simulation)"
+        "demo",
+        help="the reference pipeline on a local Spark cluster, placed by the coordinator",
     )
     demo.add_argument("--json", action="store_true", help="print the totals as JSON last")
+    demo.add_argument(
+        "--simulate",
+        action="store_true",
+        help="replay rebalances through the groupers only (no ZooKeeper, no Spark)",
+    )
+    demo.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="draw warm ratio and bytes restored"
+    )
+    demo.add_argument(
+        "--batches", type=int, default=8, help="batches to run (half before the kill; >= 3)"
+    )
+    demo.add_argument(
+        "--workdir", type=Path, help="work directory (default: a temporary one, removed after)"
+    )
     demo.set_defaults(handler=run_demo)

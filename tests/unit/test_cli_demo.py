@@ -26,7 +26,7 @@ def test_every_rebalance_moves_exactly_the_lower_bound_and_beats_round_robin() -
 
 
 def test_demo_json_is_the_last_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--json"]) == 0
+    assert main(["demo", "--simulate", "--json"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     figures = json.loads(last)
     assert figures["affinity"]["tasks_moved"] == figures["affinity"]["tasks_moved_lower_bound"]
