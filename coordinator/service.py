@@ -207,6 +207,10 @@ class CoordinatorService:
             self._watches.append(
                 self.store.watch_processors(lambda _: self._events.put(_ProcessorsChanged()))
             )
+            if gained.latest is not None and gained.latest_barrier == "NEW":
+                # A rebalance the previous leader left in flight: the core sees it through, so
+                # it must hear of the processors that join from now on (not only at the deadline).
+                self._watch_barrier(gained.latest.version)
             wakeup = self._execute(core, core.handle(gained), log)
             while not self._stop.is_set():
                 self.heartbeat.beat()
@@ -351,6 +355,10 @@ class CoordinatorService:
             locality_kept=action.locality_kept,
             with_locality=action.with_locality,
         )
+        self._watch_barrier(version)
+
+    def _watch_barrier(self, version: int) -> None:
+        """Turn the participants of barrier ``version`` into ``BarrierUpdated`` events."""
 
         def on_barrier(state: str | None, participants: set[str]) -> None:
             self._events.put(BarrierUpdated(self.clock(), version, frozenset(participants)))

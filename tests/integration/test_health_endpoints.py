@@ -1,0 +1,180 @@
+"""``affinity coordinator run`` serves /healthz, /readyz and /metrics; a bad config exits with 2.
+
+Real processes on a private ZooKeeper (so the test may stop the server): two coordinator
+replicas and one sample processor, everything on 127.0.0.1. Each replica's HTTP port is 0 in the
+config (any free port) and read back from its ``coordinator.started`` JSON log line.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from zkserver import ZooKeeperServer
+
+pytestmark = [pytest.mark.zk, pytest.mark.slow]
+
+AFFINITY = str(Path(sys.executable).with_name("affinity"))
+
+
+def write_config(path: Path, hosts: str, extra: str = "") -> Path:
+    path.write_text(
+        "job: {name: health, id: '1', run_id: r1}\n"
+        f"zookeeper: {{connect: '{hosts}', root: /affinity, session_timeout_ms: 4000,"
+        " connect_timeout_ms: 10000}\n"
+        "inputs: [{system: kafka, stream: events, partitions: 4}]\n"
+        "coordinator: {debounce_ms: 100, barrier_timeout_ms: 10000,"
+        " http_host: 127.0.0.1, http_port: 0}\n"
+        "logging: {format: json}\n" + extra
+    )
+    return path
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Processes:
+    """Started subprocesses, each logging to a file; all stopped at the end of the test."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(self, name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+        log = self.workdir / f"{name}.log"
+        with open(log, "wb") as handle:
+            popen = subprocess.Popen([AFFINITY, *args], stdout=handle, stderr=subprocess.STDOUT)
+        self.started.append((popen, log))
+        return popen, log
+
+    def http_port(self, popen: subprocess.Popen[bytes], log: Path) -> int:
+        found: list[int] = []
+
+        def started() -> bool:
+            assert popen.poll() is None, log.read_text()
+            for line in log.read_text().splitlines():
+                if line.startswith("{") and '"coordinator.started"' in line:
+                    found.append(int(json.loads(line)["http_port"]))
+                    return True
+            return False
+
+        wait_for(started, 30, f"coordinator.started in {log}")
+        return found[0]
+
+    def stop_all(self) -> None:
+        for popen, _ in self.started:
+            if popen.poll() is None:
+                popen.send_signal(signal.SIGTERM)
+        for popen, _ in self.started:
+            try:
+                popen.wait(15)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait(5)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    made = Processes(tmp_path)
+    try:
+        yield made
+    finally:
+        made.stop_all()
+
+
+def metric(port: int, line: str) -> bool:
+    status, body = get(port, "/metrics")
+    return status == 200 and line in body.splitlines()
+
+
+def test_health_ready_and_metrics(
+    zk_private_server: ZooKeeperServer, processes: Processes, tmp_path: Path
+) -> None:
+    config = str(write_config(tmp_path / "job.yaml", zk_private_server.hosts))
+    first = processes.start("coordinator-0", "coordinator", "run", "--config", config)
+    leader = processes.http_port(*first)
+    wait_for(lambda: metric(leader, "affinity_is_leader 1.0"), 20, "the first replica to lead")
+    second = processes.start("coordinator-1", "coordinator", "run", "--config", config)
+    standby = processes.http_port(*second)
+    assert leader != standby
+
+    for port in (leader, standby):
+        assert get(port, "/healthz") == (200, "ok\n")
+        wait_for(lambda port=port: get(port, "/readyz") == (200, "ready\n"), 20, "readiness")
+        assert get(port, "/nothing-here")[0] == 404
+    assert metric(standby, "affinity_is_leader 0.0")
+    assert metric(leader, "affinity_is_leader 1.0")
+
+    # A processor joins: the leader publishes v1, the barrier completes, the gauges follow.
+    processes.start(
+        "p-1", "processor", "run", "--config", config, "--processor-id", "p-1", "--location", "a"
+    )
+    wait_for(lambda: metric(leader, "affinity_job_model_version 1.0"), 30, "job model v1")
+    assert metric(leader, 'affinity_barrier_outcomes_total{outcome="done"} 1.0')
+    assert metric(leader, "affinity_rebalances_total 1.0")
+    _, body = get(leader, "/metrics")
+    assert "affinity_rebalance_duration_seconds_count 1.0" in body.splitlines()
+    assert "# TYPE affinity_grouper_errors_total counter" in body.splitlines()
+
+    # ZooKeeper goes away: not ready (but alive); it comes back: ready again.
+    zk_private_server.stop()
+    for port in (leader, standby):
+        wait_for(lambda port=port: get(port, "/readyz")[0] == 503, 20, "not ready")
+        assert get(port, "/readyz") == (503, "not ready\n")
+        assert get(port, "/healthz")[0] == 200
+    zk_private_server.start()
+    for port in (leader, standby):
+        wait_for(lambda port=port: get(port, "/readyz")[0] == 200, 30, "ready again")
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("coordinator: {debounce: 5}\n", "coordinator.debounce"),
+        ("coordinator: {debounce_ms: -5}\n", "coordinator.debounce_ms"),
+        ("zookeeper: {session_timeout_ms: ten}\n", "zookeeper.session_timeout_ms"),
+    ],
+)
+def test_a_bad_config_exits_2_naming_the_key(tmp_path: Path, extra: str, key: str) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "job: {name: health, id: '1', run_id: r1}\n"
+        "inputs: [{system: kafka, stream: events, partitions: 4}]\n" + extra
+    )
+    done = subprocess.run(
+        [AFFINITY, "coordinator", "run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert key in lines[0], lines[0]
+    assert done.stdout == ""
