@@ -122,9 +122,14 @@ class ProcessorClient:
                 try:
                     self._handle(item)
                 except (MetadataError, KazooException) as exc:
-                    # The store is unhappy (connection, a race with retention): re-sync soon.
+                    # The store is unhappy (connection, a race with retention): re-sync soon,
+                    # following the latest version even if it is the one that just failed
+                    # (seen already), after a pause so that a lasting error does not spin.
                     self.log.warning("processor.store_error", error=repr(exc))
-                    self._events.put(_Version(None))
+                    self._seen_version = -1
+                    retry = threading.Timer(1.0, self._events.put, args=(_Version(None),))
+                    retry.daemon = True
+                    retry.start()
         finally:
             self.client.remove_listener(self._on_state)
             for watch in self._watches:
