@@ -43,6 +43,7 @@ from typing import Literal
 
 from groupers.api import GrouperError, GrouperMetadata
 from groupers.locations import Path, common_depth, location_path
+from groupers.virtual import inherit_locality, needs_inheritance
 from metadata.model import ContainerModel, FrozenMap, TaskModel
 
 __all__ = ["HostAffinityGrouper", "assign"]
@@ -62,6 +63,21 @@ class HostAffinityGrouper:
 
     def group(self, tasks: Collection[TaskModel], metadata: GrouperMetadata) -> set[ContainerModel]:
         by_name = tasks_by_name(tasks)
+        if needs_inheritance(
+            by_name,
+            metadata.task_locality,
+            metadata.previous_task_to_processor,
+            metadata.previous_task_to_ssps,
+        ):  # SEP-32 split/merge: history recorded under the old virtual task names
+            locality, previous = inherit_locality(
+                by_name.values(),
+                metadata.task_locality,
+                metadata.previous_task_to_ssps,
+                metadata.previous_task_to_processor,
+            )
+            metadata = GrouperMetadata(
+                metadata.processor_locality, locality, previous, metadata.previous_task_to_ssps
+            )
         assignment = assign(list(by_name), metadata, balance_slack=self.balance_slack)
         return build_containers(assignment, by_name, metadata.processor_locality)
 

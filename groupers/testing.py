@@ -12,7 +12,11 @@ Two things:
     with other ``PYTHONHASHSEED`` values (the grouper must be picklable for that part, as any
     grouper defined at module level is);
   * totality: no crash on an empty task set, one processor, more processors than tasks, or
-    localities no processor has.
+    localities no processor has;
+  * SEP-32 virtual tasks: :func:`virtual_grouper_inputs` draws a split or merge (the elasticity
+    factor doubled, halved, or changed from/to 1) with the previous tasks' stream partitions in
+    ``previous_task_to_ssps``, so history is recorded under names that no longer exist; these
+    are checked for validity and purity too.
 
 Use it from a test::
 
@@ -49,6 +53,7 @@ __all__ = [
     "grouper_inputs",
     "locations",
     "task_models",
+    "virtual_grouper_inputs",
 ]
 
 _ZONES = ("zone-a", "zone-b", "zone-c")
@@ -127,6 +132,57 @@ def grouper_inputs(
     return GrouperInput(tasks, metadata)
 
 
+def _virtual_tasks(partitions: int, factor: int) -> list[TaskModel]:
+    """``group-by-partition`` tasks of one 'events' and one 'clicks' input at ``factor``."""
+    tasks = []
+    for p in range(partitions):
+        for b in range(factor) if factor > 1 else (-1,):
+            name = f"Partition {p}" if factor == 1 else f"Partition {p}-{b}-{factor}"
+            ssps = {SystemStreamPartition("kafka", s, p, b) for s in ("events", "clicks")}
+            tasks.append(TaskModel(name, frozenset(ssps), p * factor + max(b, 0)))
+    return tasks
+
+
+@st.composite
+def virtual_grouper_inputs(
+    draw: st.DrawFn,
+    max_partitions: int = 6,
+    max_processors: int = 8,
+    schemes: Collection[str] = ("flat", "hierarchical", "mixed"),
+) -> GrouperInput:
+    """A SEP-32 split or merge: tasks at a new elasticity factor, history under the old names.
+
+    The previous tasks (factor ``f``) ran on live and vanished processors with mostly accurate
+    locality; the requested tasks have factor ``2f``, ``f/2``, 1 or 8, and the metadata carries
+    the previous tasks' stream partitions in ``previous_task_to_ssps``.
+    """
+    scheme = draw(st.sampled_from(sorted(schemes)))
+    partitions = draw(st.integers(1, max_partitions))
+    old_factor = draw(st.sampled_from((1, 2, 4)))
+    new_factor = draw(st.sampled_from(sorted({max(1, old_factor // 2), old_factor * 2, 1, 8})))
+    old_tasks = _virtual_tasks(partitions, old_factor)
+    new_tasks = _virtual_tasks(partitions, new_factor)
+    live = [f"p-{i}" for i in range(draw(st.integers(1, max_processors)))]
+    gone = [f"gone-{i}" for i in range(draw(st.integers(0, 2)))]
+    where = {pid: draw(locations(scheme)) for pid in live + gone}
+    previous: dict[str, str] = {}
+    task_locality: dict[str, str] = {}
+    for task in old_tasks:
+        kind = draw(st.sampled_from(("prev", "prev", "prev", "none", "stale")))
+        if kind == "none":
+            continue
+        owner = draw(st.sampled_from(live + gone))
+        previous[task.name] = owner
+        task_locality[task.name] = where[owner] if kind == "prev" else draw(locations(scheme))
+    metadata = GrouperMetadata(
+        processor_locality={pid: where[pid] for pid in live},
+        task_locality=task_locality,
+        previous_task_to_processor=previous,
+        previous_task_to_ssps={t.name: t.partitions for t in old_tasks},
+    )
+    return GrouperInput(new_tasks, metadata)
+
+
 def canonical(containers: Collection[ContainerModel]) -> str:
     """A canonical text of an answer: sorted JSON of processor -> location and task names."""
     return json.dumps(
@@ -144,13 +200,15 @@ def _shuffled(data: GrouperInput, rng: random.Random) -> GrouperInput:
         return dict(items)
 
     md = data.metadata
+    old_ssps = list(md.previous_task_to_ssps.items())
+    rng.shuffle(old_ssps)
     return GrouperInput(
         tasks,
         GrouperMetadata(
             shuffle_map(md.processor_locality),
             shuffle_map(md.task_locality),
             shuffle_map(md.previous_task_to_processor),
-            md.previous_task_to_ssps,
+            dict(old_ssps),
         ),
     )
 
@@ -222,8 +280,13 @@ def check_grouper(
     max_examples: int = 100,
     hash_seeds: Collection[str] = ("0", "1", "4242"),
     subprocess_examples: int = 5,
+    virtual_examples: int | None = None,
 ) -> None:
-    """Assert the grouper contract (validity, purity, totality); raise AssertionError if broken."""
+    """Assert the grouper contract (validity, purity, totality); raise AssertionError if broken.
+
+    ``virtual_examples`` (default: half of ``max_examples``) SEP-32 split/merge inputs from
+    :func:`virtual_grouper_inputs` are checked on top of the ``max_examples`` ordinary ones.
+    """
     for label, case in _edge_cases():
         try:
             answer = grouper.group(case.tasks, case.metadata)
@@ -253,6 +316,29 @@ def check_grouper(
             collected.append(data)
 
     valid_and_order_independent()
+
+    extra = max_examples // 2 if virtual_examples is None else virtual_examples
+    if extra > 0:
+        virtual_collected: list[GrouperInput] = []
+
+        @settings(
+            max_examples=extra,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
+        @given(virtual_grouper_inputs())
+        def virtual_valid_and_order_independent(data: GrouperInput) -> None:
+            first = grouper.group(data.tasks, data.metadata)
+            validate(data.tasks, data.metadata, first)
+            shuffled = _shuffled(data, rng)
+            other = grouper.group(shuffled.tasks, shuffled.metadata)
+            assert canonical(other) == canonical(first), "shuffled inputs gave another answer"
+            if len(virtual_collected) < 2:
+                virtual_collected.append(data)
+
+        virtual_valid_and_order_independent()
+        collected.extend(virtual_collected)
 
     if collected and hash_seeds:
         expected = [canonical(grouper.group(c.tasks, c.metadata)) for c in collected]
