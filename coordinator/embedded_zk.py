@@ -18,7 +18,16 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["EmbeddedZooKeeper", "ZooKeeperUnavailable"]
+__all__ = [
+    "MAIN_CLASS",
+    "SLF4J_SIMPLE_JAR",
+    "ZOOKEEPER_JAR",
+    "EmbeddedZooKeeper",
+    "ZooKeeperUnavailable",
+    "four_letter_word",
+    "free_port",
+    "stop_process",
+]
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
@@ -29,11 +38,24 @@ class ZooKeeperUnavailable(RuntimeError):
     """The server could not be started (package missing, startup failed or timed out)."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) -> None:
+    """SIGTERM ``process``, then SIGKILL if it has not exited after ``timeout_s``."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
@@ -51,7 +73,7 @@ class EmbeddedZooKeeper:
 
     def __init__(self, workdir: Path, *, heap_mb: int = 256, startup_timeout_s: float = 30.0):
         self.workdir = Path(workdir)
-        self.port = _free_port()
+        self.port = free_port()
         self.heap_mb = heap_mb
         self.startup_timeout_s = startup_timeout_s
         self.log_path = self.workdir / "server.log"
@@ -128,14 +150,7 @@ class EmbeddedZooKeeper:
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if the server has not exited after ``timeout_s``."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s)
 
     def __enter__(self) -> EmbeddedZooKeeper:
         return self.start()

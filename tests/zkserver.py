@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -30,24 +29,19 @@ from types import TracebackType
 
 from kazoo.client import KazooClient, KazooState
 
-ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
+from coordinator.embedded_zk import (
+    MAIN_CLASS,
+    SLF4J_SIMPLE_JAR,
+    ZOOKEEPER_JAR,
+    ZooKeeperUnavailable,
+    four_letter_word,
+    free_port,
+    stop_process,
+)
+
 NETTY_JARS = ("netty-codec.jar", "netty-resolver.jar")
-MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 
 __all__ = ["TlsFiles", "ZooKeeperServer", "ZooKeeperUnavailable", "free_port"]
-
-
-class ZooKeeperUnavailable(RuntimeError):
-    """The server could not be started (package missing, port taken, startup timed out)."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -220,14 +214,7 @@ class ZooKeeperServer:
         """Stop the server gracefully (SIGTERM), or kill it if it does not stop in time."""
         with self._lock:
             process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL, like a crash): nothing is flushed or closed."""
@@ -264,15 +251,7 @@ class ZooKeeperServer:
 
     def four_letter_word(self, word: str, timeout_s: float = 2.0) -> str:
         """Send a four-letter command (``srvr``, ``ruok``, ``mntr``) and return the answer."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout_s) as sock:
-            sock.sendall(word.encode())
-            chunks = []
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        return b"".join(chunks).decode(errors="replace")
+        return four_letter_word(self.port, word, timeout_s)
 
     def expire_session(self, client: KazooClient, timeout_s: float = 15.0) -> None:
         """Expire ``client``'s session on the server, and wait until it has a new session.
