@@ -14,6 +14,11 @@
       localityData/<task name, url-encoded>   the task's location id (UTF-8 text)
       leader/epoch                        the leader epoch (decimal text); fences leader writes
       leader/election/                    election nodes (kazoo's Election recipe)
+      checkpoints/<system>.<stream>.<partition>   JSON {"format", "factor", "offsets"}: the input
+                                          offsets of that stream partition's key buckets
+
+Checkpoint node names join the URL-encoded system and stream (dots encoded too, as ``%2E``) and
+the partition number with dots: ``kafka.events.3``, ``my%2Esystem.page%20views.0``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from urllib.parse import quote, unquote
 
 from metadata.errors import CorruptDataError
 
-__all__ = ["JobLayout", "decode_name", "encode_name", "parse_int_name", "processor_sequence"]
+__all__ = [
+    "JobLayout",
+    "checkpoint_name",
+    "decode_name",
+    "encode_name",
+    "parse_checkpoint_name",
+    "parse_int_name",
+    "processor_sequence",
+]
 
 PROCESSOR_PREFIX = "processor-"
 BARRIER_PREFIX = "barrier_"
@@ -62,6 +75,42 @@ def parse_int_name(node_name: str) -> int | None:
     if node_name.isdigit() and (node_name == "0" or not node_name.startswith("0")):
         return int(node_name)
     return None
+
+
+def _encode_part(part: str, what: str) -> str:
+    if not isinstance(part, str) or not part:
+        raise ValueError(f"{what} must be a non-empty string, got {part!r}")
+    return quote(part, safe="").replace(".", "%2E")
+
+
+def checkpoint_name(system: str, stream: str, partition: int) -> str:
+    """The node name of a stream partition's checkpoint: ``<system>.<stream>.<partition>``, each
+    of system and stream URL-encoded with its dots encoded too, so the two dots separate
+    unambiguously (``kafka.events.3``)."""
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition must be an integer >= 0, got {partition!r}")
+    return f"{_encode_part(system, 'system')}.{_encode_part(stream, 'stream')}.{partition}"
+
+
+def parse_checkpoint_name(node_name: str, path: str) -> tuple[str, str, int]:
+    """``(system, stream, partition)`` of a checkpoint node name; a name that
+    :func:`checkpoint_name` would not produce is corrupt data."""
+    parts = node_name.split(".")
+    partition = parse_int_name(parts[-1]) if len(parts) == 3 else None
+    if partition is None:
+        raise CorruptDataError(
+            path, f"node name {node_name!r} is not <system>.<stream>.<partition>"
+        )
+    try:
+        system, stream = (unquote(p, errors="strict") for p in parts[:2])
+        canonical = checkpoint_name(system, stream, partition)
+    except (UnicodeDecodeError, ValueError):
+        canonical = ""
+    if canonical != node_name:
+        raise CorruptDataError(
+            path, f"node name {node_name!r} is not a URL-encoded <system>.<stream>.<partition>"
+        )
+    return system, stream, partition
 
 
 def processor_sequence(node_name: str) -> int | None:
@@ -136,6 +185,13 @@ class JobLayout:
     def election(self) -> str:
         return f"{self.leader}/election"
 
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.folder}/checkpoints"
+
+    def checkpoint(self, system: str, stream: str, partition: int) -> str:
+        return f"{self.checkpoints}/{checkpoint_name(system, stream, partition)}"
+
     def containers(self) -> tuple[str, ...]:
         """The persistent folders :meth:`ZkMetadataStore.ensure_layout` creates, parents first."""
         return (
@@ -145,4 +201,5 @@ class JobLayout:
             self.barriers,
             self.leader,
             self.election,
+            self.checkpoints,
         )
