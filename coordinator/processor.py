@@ -3,7 +3,8 @@
 Protocol (DESIGN.md "Data flow", invariants I3 and I4):
 
 1. Register under ``processors/`` (ephemeral) with the processor's location id.
-2. On every new job-model version ``v``: read it; stop the tasks it no longer gives this
+2. On every new job-model version ``v``: read this processor's container of it (its container
+   view: a few KB, not the whole model); stop the tasks it no longer gives this
    processor (``on_stop``); if ``v`` names this processor, join barrier ``v``.
    A version that leaves this processor's tasks as they are stops nothing.
 3. When barrier ``v`` is DONE, start the tasks that are new to this processor (``on_start``) and
@@ -188,11 +189,10 @@ class ProcessorClient:
 
     def _follow(self, version: int) -> None:
         try:
-            model = self.store.read_job_model(version)
+            container = self.store.read_container(version, self.processor_id)
         except NotFound:
             return  # superseded and removed already: a newer version event follows
         log = self.log.bind(version=version)
-        container = model.containers.get(self.processor_id)
         mine = dict(container.tasks) if container is not None else {}
         leaving = {n: t for n, t in self.running.items() if mine.get(n) != t}
         if leaving:
@@ -205,10 +205,10 @@ class ProcessorClient:
         self.store.join_barrier(version, self.processor_id)
         log.info("processor.joined_barrier", tasks=len(mine), stopped=len(leaving))
 
-        def on_barrier(state: str | None, participants: set[str]) -> None:
+        def on_barrier(state: str | None) -> None:
             self._events.put(_Barrier(version, state))
 
-        self._watches.append(self.store.watch_barrier(version, on_barrier))
+        self._watches.append(self.store.watch_barrier_state(version, on_barrier))
 
     def _stop_tasks(self, tasks: Mapping[str, TaskModel]) -> None:
         self.on_stop(self.running_version, tasks)

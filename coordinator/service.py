@@ -54,7 +54,7 @@ from coordinator.observability import CoordinatorMetrics, Heartbeat
 from groupers import TaskNameGrouper, get_grouper, get_ssp_grouper
 from metadata.errors import MetadataError
 from metadata.model import JobModel, TaskModel
-from metadata.zk import ZkMetadataStore
+from metadata.zk import FencedOut, ZkMetadataStore
 
 __all__ = ["CoordinatorService", "job_tasks", "settings_from_config"]
 
@@ -287,6 +287,7 @@ class CoordinatorService:
                 self._publish(action, log)
             elif isinstance(action, MarkBarrier):
                 self.store.set_barrier_state(action.version, action.state, epoch=self._epoch)
+                self._apply_retention(log)
                 outcome = "done" if action.state == "DONE" else "timed_out"
                 self.metrics.barrier_outcomes.labels(outcome=outcome).inc()
                 self.metrics.rebalance_duration.observe(action.duration_s)
@@ -342,7 +343,9 @@ class CoordinatorService:
             epoch=self._epoch,
             participants=action.participants,
             grouper=self.grouper_name,
+            retention=False,  # after the barrier is decided: see _apply_retention
         )
+        self._watch_barrier(version)
         self.metrics.rebalances.inc()
         self.metrics.tasks_moved.inc(action.moved)
         if action.with_locality:
@@ -355,7 +358,18 @@ class CoordinatorService:
             locality_kept=action.locality_kept,
             with_locality=action.with_locality,
         )
-        self._watch_barrier(version)
+
+    def _apply_retention(self, log: Any) -> None:
+        """Remove job models and barriers beyond the retention, once a barrier is decided (not
+        right after a publish, where the deletes would compete with the processors reading the
+        new version). Best effort: a failure is logged and retried after the next decision;
+        losing the leadership meanwhile steps down as any other fenced write does."""
+        try:
+            self.store.remove_old_versions(epoch=self._epoch)
+        except FencedOut:
+            raise
+        except MetadataError as exc:
+            log.warning("coordinator.retention_failed", error=str(exc))
 
     def _watch_barrier(self, version: int) -> None:
         """Turn the participants of barrier ``version`` into ``BarrierUpdated`` events."""

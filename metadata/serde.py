@@ -31,6 +31,7 @@ __all__ = [
     "dump_job_model",
     "job_model_from_dict",
     "job_model_to_dict",
+    "load_container",
     "load_job_model",
     "load_job_model_document",
     "task_from_dict",
@@ -254,6 +255,28 @@ def load_job_model_document(data: bytes | str) -> JobModelDocument:
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge numbers
         raise JobModelFormatError("<document>", f"not valid JSON: {exc}") from None
     return job_model_from_dict(value)
+
+
+def load_container(data: bytes | str, processor_id: str) -> tuple[int, ContainerModel | None]:
+    """From a format-1 document, its version and ``processor_id``'s container alone (None if it
+    has none): the other containers are parsed as JSON but not decoded, so a processor reading
+    a container view pays for its own tasks only."""
+    try:
+        value = orjson.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise JobModelFormatError("<document>", f"not valid JSON: {exc}") from None
+    obj = _obj(value, "")
+    fmt = _int(_get(obj, "format", ""), "format")
+    if fmt != FORMAT:
+        raise JobModelFormatError(
+            "format", f"unsupported format {fmt} (this reader knows {FORMAT})"
+        )
+    version = _int(_get(obj, "version", ""), "version")
+    raw_containers = _obj(_get(obj, "containers", ""), "containers")
+    raw = raw_containers.get(processor_id)
+    if raw is None:
+        return version, None
+    return version, _container_from_dict(processor_id, raw, f"containers.{processor_id}")
 
 
 def load_job_model(data: bytes | str) -> JobModel:

@@ -11,6 +11,8 @@ ZooKeeper layout of DESIGN.md; it is a thin facade over small recipes, one job e
                             retention
 ``Barriers``                ``barriers/``: join, watch, decide (DONE / TIMED_OUT)
 ``LeaderEpochs``            ``leader/epoch``: acquire, and fence every leader write
+``CheckpointStore``         ``checkpoints/``: input offsets per stream partition and key bucket
+                            (SEP-32: a split inherits, a merge takes the minimum), compare-and-set
 ``ZkOps``                   retries, error mapping, size checks, the operation counter
 ==========================  ===============================================================
 
@@ -31,9 +33,11 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from metadata.model import JobModel
+from metadata.checkpoints import PartitionCheckpoint
+from metadata.model import ContainerModel, JobModel, SystemStreamPartition
 from metadata.serde import JobModelDocument
 from metadata.zk_barriers import DONE, NEW, TIMED_OUT, Barriers
+from metadata.zk_checkpoints import CheckpointStore
 from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk_errors import (
     CorruptDataError,
@@ -69,6 +73,7 @@ __all__ = [
     "NodeExists",
     "NodeTooLarge",
     "NotFound",
+    "PartitionCheckpoint",
     "PermissionDenied",
     "ProcessorRegistration",
     "SessionLost",
@@ -194,6 +199,12 @@ class ZkMetadataStore:
         ``join_barrier(v, pid)``, ``barrier_state(v)``, ``barrier_participants(v)``,
         ``barrier_expected(v)``, ``watch_barrier(v, cb(state, participants))``,
         ``set_barrier_state(v, state, epoch=)`` (fenced).
+    Checkpoints (offsets are the next offset to read; ``factor`` is the elasticity factor of
+    the reading task, 1 with ``key_bucket=-1`` for a whole partition; see docs/zookeeper.md):
+        ``read_checkpoint(ssp, factor) -> offset | None``, ``write_checkpoint(ssp, factor,
+        offset) -> PartitionCheckpoint``, ``write_checkpoints({ssp: offset}, factor)``,
+        ``read_partition_checkpoint(system, stream, partition) -> PartitionCheckpoint | None``,
+        ``read_checkpoints() -> {whole ssp: PartitionCheckpoint}``.
     Counters:
         ``ops`` (write operations: creates, sets, deletes, inside transactions too), ``reads``,
         ``transactions``.
@@ -242,6 +253,7 @@ class ZkMetadataStore:
         self._processors = ProcessorRegistry(self._ops, self.layout)
         self._locality = TaskLocalityStore(self._ops, self.layout, run_id)
         self._barriers = Barriers(self._ops, self.layout, self._epochs)
+        self._checkpoints = CheckpointStore(self._ops, self.layout)
         self._job_models = JobModelStore(
             self._ops,
             self.layout,
@@ -361,9 +373,17 @@ class ZkMetadataStore:
         epoch: LeaderEpoch,
         participants: Collection[str],
         grouper: str = "",
+        retention: bool = True,
     ) -> None:
-        """Publish ``model`` (version ``model.version``) and barrier v, atomically and fenced."""
-        self._job_models.publish(model, epoch=epoch, participants=participants, grouper=grouper)
+        """Publish ``model`` (version ``model.version``) and barrier v, atomically and fenced.
+
+        ``retention``: remove versions beyond the retention right after (best effort). The
+        coordinator passes False and calls :meth:`remove_old_versions` once the barrier is
+        decided, so the deletes do not compete with the processors reading the new version.
+        """
+        self._job_models.publish(
+            model, epoch=epoch, participants=participants, grouper=grouper, retention=retention
+        )
 
     def read_job_model_document(self, version: int) -> JobModelDocument:
         return self._job_models.read_document(version)
@@ -373,6 +393,11 @@ class ZkMetadataStore:
 
     def read_latest_version(self) -> int | None:
         return self._job_models.latest_version()
+
+    def read_container(self, version: int, processor_id: str) -> ContainerModel | None:
+        """One processor's container of job model ``version`` (None: not in it), read from its
+        container view (a few KB) rather than the whole model."""
+        return self._job_models.read_container(version, processor_id)
 
     def read_latest_job_model_document(self) -> JobModelDocument | None:
         """The latest committed job model, or None if none was published yet."""
@@ -422,5 +447,43 @@ class ZkMetadataStore:
     ) -> Watch:
         return self._barriers.watch(version, callback)
 
+    def watch_barrier_state(self, version: int, callback: Callable[[str | None], None]) -> Watch:
+        """Like :meth:`watch_barrier` for the state alone (what a processor waits for): no
+        participant list is read, so P processors cost P reads per decision, not P x P."""
+        return self._barriers.watch_state(version, callback)
+
     def set_barrier_state(self, version: int, state: str, *, epoch: LeaderEpoch) -> None:
         self._barriers.set_state(version, state, epoch=epoch)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def read_checkpoint(self, ssp: SystemStreamPartition, factor: int) -> int | None:
+        """Where a task reading ``ssp`` (key bucket ``ssp.key_bucket`` of ``factor``; -1 with
+        factor 1 for the whole partition) resumes: the next offset to read, None if there is no
+        checkpoint for it. A split inherits the parent's offset, a merge takes the minimum."""
+        return self._checkpoints.read(ssp, factor)
+
+    def write_checkpoint(
+        self, ssp: SystemStreamPartition, factor: int, offset: int
+    ) -> PartitionCheckpoint:
+        """Record that every message of ``ssp`` (its key bucket of ``factor``) below ``offset``
+        was processed (compare-and-set); returns the partition's checkpoint as now stored."""
+        return self._checkpoints.write(ssp, factor, offset)
+
+    def write_checkpoints(
+        self, offsets: Mapping[SystemStreamPartition, int], factor: int
+    ) -> dict[SystemStreamPartition, PartitionCheckpoint]:
+        """:meth:`write_checkpoint` for several inputs of one factor (e.g. a task's), sent
+        together; returns the stored checkpoints by whole stream partition."""
+        return self._checkpoints.write_many(offsets, factor)
+
+    def read_partition_checkpoint(
+        self, system: str, stream: str, partition: int
+    ) -> PartitionCheckpoint | None:
+        """The stored checkpoint of one stream partition (every bucket, at its last writer's
+        factor), or None."""
+        return self._checkpoints.read_partition(system, stream, partition)
+
+    def read_checkpoints(self) -> dict[SystemStreamPartition, PartitionCheckpoint]:
+        """Every stored checkpoint, keyed by whole stream partition (``key_bucket=-1``)."""
+        return self._checkpoints.read_all()

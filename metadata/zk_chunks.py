@@ -9,7 +9,14 @@ Manifest (the data of ``jobModels/<version>``), format 1::
 
     {"format": 1, "version": 7, "epoch": 3, "encoding": "zlib",
      "raw_size": 162562815, "size": 11668510, "sha256": "<hex>",
-     "chunks": [{"name": "e3-00000", "size": 900000, "crc32": 123}, ...]}
+     "chunks": [{"name": "e3-00000", "size": 900000, "crc32": 123}, ...],
+     "views": [{"name": "e3-00013", "size": 30211, "crc32": 456}, ...]}
+
+``views`` (optional; absent = none) are *container views*: the containers of the model spread over
+``len(views)`` small nodes by :func:`view_index` of the processor id, each node a compressed job
+model holding only its containers. A processor reads the one view node that holds its own
+container instead of the whole model (see :mod:`metadata.zk_jobmodels`). Readers that do not know
+views ignore the field.
 
 Chunk names carry the writer's leader epoch, so two leaders (one of them deposed) never write the
 same chunk node.
@@ -27,7 +34,18 @@ from typing import Any
 
 from metadata.errors import CorruptDataError
 
-__all__ = ["MANIFEST_FORMAT", "ChunkRef", "Manifest", "chunk_epoch", "join_blob", "split_blob"]
+__all__ = [
+    "MANIFEST_FORMAT",
+    "ChunkRef",
+    "Manifest",
+    "check_chunk",
+    "chunk_epoch",
+    "compress_view",
+    "decompress_view",
+    "join_blob",
+    "split_blob",
+    "view_index",
+]
 
 MANIFEST_FORMAT = 1
 ENCODING = "zlib"
@@ -36,6 +54,13 @@ _CHUNK_NAME = re.compile(r"^e(\d+)-(\d{5,})$")
 
 def chunk_name(epoch: int, index: int) -> str:
     return f"e{epoch}-{index:05d}"
+
+
+def view_index(processor_id: str, views: int) -> int:
+    """Which of ``views`` container views holds ``processor_id``'s container (stable: CRC-32)."""
+    if views < 1:
+        raise ValueError(f"views must be >= 1, got {views}")
+    return zlib.crc32(processor_id.encode("utf-8")) % views
 
 
 def chunk_epoch(name: str) -> int | None:
@@ -65,6 +90,7 @@ class Manifest:
     chunks: tuple[ChunkRef, ...]
     encoding: str = ENCODING
     format: int = MANIFEST_FORMAT
+    views: tuple[ChunkRef, ...] = ()
 
     def to_bytes(self) -> bytes:
         document = {
@@ -77,6 +103,10 @@ class Manifest:
             "sha256": self.sha256,
             "chunks": [{"name": c.name, "size": c.size, "crc32": c.crc32} for c in self.chunks],
         }
+        if self.views:
+            document["views"] = [
+                {"name": c.name, "size": c.size, "crc32": c.crc32} for c in self.views
+            ]
         return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
@@ -96,21 +126,12 @@ class Manifest:
         encoding = _field(document, "encoding", str, path)
         if encoding != ENCODING:
             raise CorruptDataError(path, f"unknown encoding {encoding!r} (expected {ENCODING!r})")
-        raw_chunks = _field(document, "chunks", list, path)
-        chunks = []
-        for i, raw in enumerate(raw_chunks):
-            if not isinstance(raw, dict):
-                raise CorruptDataError(path, f"chunks[{i}] is not an object")
-            name = _field(raw, "name", str, path, f"chunks[{i}].")
-            if chunk_epoch(name) is None:
-                raise CorruptDataError(path, f"chunks[{i}].name {name!r} is not a chunk name")
-            chunks.append(
-                ChunkRef(
-                    name,
-                    _field(raw, "size", int, path, f"chunks[{i}]."),
-                    _field(raw, "crc32", int, path, f"chunks[{i}]."),
-                )
-            )
+        chunks = _chunk_refs(_field(document, "chunks", list, path), path, "chunks")
+        views = (
+            _chunk_refs(_field(document, "views", list, path), path, "views")
+            if "views" in document
+            else ()
+        )
         return cls(
             version=_field(document, "version", int, path),
             epoch=_field(document, "epoch", int, path),
@@ -120,7 +141,26 @@ class Manifest:
             chunks=tuple(chunks),
             encoding=encoding,
             format=fmt,
+            views=views,
         )
+
+
+def _chunk_refs(raw_refs: list[Any], path: str, field: str) -> tuple[ChunkRef, ...]:
+    refs = []
+    for i, raw in enumerate(raw_refs):
+        if not isinstance(raw, dict):
+            raise CorruptDataError(path, f"{field}[{i}] is not an object")
+        name = _field(raw, "name", str, path, f"{field}[{i}].")
+        if chunk_epoch(name) is None:
+            raise CorruptDataError(path, f"{field}[{i}].name {name!r} is not a chunk name")
+        refs.append(
+            ChunkRef(
+                name,
+                _field(raw, "size", int, path, f"{field}[{i}]."),
+                _field(raw, "crc32", int, path, f"{field}[{i}]."),
+            )
+        )
+    return tuple(refs)
 
 
 def _field(obj: Mapping[str, Any], key: str, kind: type, path: str, prefix: str = "") -> Any:
@@ -130,6 +170,36 @@ def _field(obj: Mapping[str, Any], key: str, kind: type, path: str, prefix: str 
             path, f"manifest field {prefix}{key} should be {kind.__name__}, got {value!r:.60}"
         )
     return value
+
+
+def compress_view(raw: bytes, *, epoch: int, index: int, level: int = 6) -> tuple[ChunkRef, bytes]:
+    """One container view (a small job-model JSON) compressed into one chunk named for
+    ``index``; pair of its reference (for the manifest's ``views``) and its data."""
+    data = zlib.compress(raw, level)
+    name = chunk_name(epoch, index)
+    return ChunkRef(name, len(data), zlib.crc32(data)), data
+
+
+def check_chunk(ref: ChunkRef, data: bytes | None, *, path: str, what: str) -> bytes:
+    """``data`` if it matches ``ref`` (size and CRC-32); else CorruptDataError naming ``path``."""
+    if data is None:
+        raise CorruptDataError(path, f"missing {what}")
+    if len(data) != ref.size or zlib.crc32(data) != ref.crc32:
+        raise CorruptDataError(
+            path,
+            f"checksum mismatch in {what} (size {len(data)}, crc32 {zlib.crc32(data)}; "
+            f"manifest says size {ref.size}, crc32 {ref.crc32})",
+        )
+    return data
+
+
+def decompress_view(ref: ChunkRef, data: bytes | None, *, path: str) -> bytes:
+    """The JSON of a container view, checked against its reference."""
+    checked = check_chunk(ref, data, path=path, what="container view")
+    try:
+        return zlib.decompress(checked)
+    except zlib.error as exc:
+        raise CorruptDataError(path, f"cannot decompress the container view: {exc}") from None
 
 
 def split_blob(

@@ -7,36 +7,66 @@ Publishing version v (a leader write, every step fenced by the leader epoch):
    leftovers of an earlier uncommitted attempt of an epoch not newer than ours are removed;
 3. the job-model JSON (format 1) is compressed and split into chunks of at most ``chunk_size``
    bytes, each created as ``jobModels/<v>/e<epoch>-<i>`` in its own fenced transaction;
-4. ONE fenced transaction commits it: check the epoch, check every chunk, set the manifest into
-   ``jobModels/<v>`` (the commit marker), set ``jobModelVersion`` to v (conditional on the version
-   read in step 1), create barrier v (state NEW, expecting the participants).
+   Then the *container views*: the containers spread over a few small nodes by processor id
+   (:func:`~metadata.zk_chunks.view_index`), each a compressed job model holding only its
+   containers, about ``VIEW_TARGET_BYTES`` each, so that a processor reads its own tasks without
+   fetching and decoding the whole model (at T=10,000 and P=100: one node of a few KB instead of
+   the whole model). The views are created in as few fenced transactions as fit;
+4. ONE fenced transaction commits it: check the epoch, check every chunk and view, set the
+   manifest into ``jobModels/<v>`` (the commit marker), set ``jobModelVersion`` to v (conditional
+   on the version read in step 1), create barrier v (state NEW, expecting the participants).
 
 Readers follow ``jobModelVersion`` only and read the manifest before the chunks, so they never see
-a half-written model: until step 4 commits, nothing points at the new chunks. After a commit,
+a half-written model: until step 4 commits, nothing points at the new chunks.
+:meth:`JobModelStore.read_container` reads the manifest and one view (or, for a model published
+without views, the whole model). After a commit,
 versions and barriers older than the newest ``retention`` versions are removed (fenced, best
 effort: a failure there is logged and retried after the next publish).
 """
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Callable, Collection
+from dataclasses import replace
+from typing import Any
 
+import orjson
 from kazoo.exceptions import NodeExistsError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from metadata.errors import CorruptDataError, JobModelFormatError
-from metadata.model import JobModel
-from metadata.serde import JobModelDocument, dump_job_model, load_job_model_document
+from metadata.model import ContainerModel, JobModel
+from metadata.serde import (
+    JobModelDocument,
+    job_model_to_dict,
+    load_container,
+    load_job_model_document,
+)
 from metadata.zk_barriers import Barriers
-from metadata.zk_chunks import Manifest, chunk_epoch, join_blob, split_blob
+from metadata.zk_chunks import (
+    ChunkRef,
+    Manifest,
+    chunk_epoch,
+    compress_view,
+    decompress_view,
+    join_blob,
+    split_blob,
+    view_index,
+)
 from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk_errors import FencedOut, NotFound, TransactionRejected, WriteConflict, ZkStoreError
 from metadata.zk_layout import BARRIER_PREFIX, JobLayout, parse_int_name
 from metadata.zk_ops import Op, ZkOps
 from metadata.zk_watch import Watch
 
-__all__ = ["JobModelStore"]
+__all__ = ["VIEW_TARGET_BYTES", "JobModelStore"]
+
+#: About how many compressed bytes one container view holds (the number of views is the whole
+#: model's compressed size over this, at most one per container).
+VIEW_TARGET_BYTES = 2 * 1024
 
 
 class JobModelStore:
@@ -115,8 +145,10 @@ class JobModelStore:
         epoch: LeaderEpoch,
         participants: Collection[str],
         grouper: str = "",
+        retention: bool = True,
     ) -> None:
-        """Publish ``model`` as version ``model.version`` with barrier v expecting ``participants``.
+        """Publish ``model`` as version ``model.version`` with barrier v expecting ``participants``;
+        then, if ``retention``, remove the versions beyond the retention (best effort).
 
         Raises :class:`FencedOut` if ``epoch`` is no longer in force (nothing becomes visible),
         :class:`WriteConflict` if the version is not above the latest or another publish won.
@@ -130,10 +162,16 @@ class JobModelStore:
                 self._layout.job_model_version,
                 f"{what}: version {version} is not above the latest published version {latest}",
             )
-        raw = dump_job_model(model, run_id=self._run_id, grouper=grouper)
+        document = job_model_to_dict(model, run_id=self._run_id, grouper=grouper)
+        raw = orjson.dumps(document)
         manifest, chunks = split_blob(
             raw, version=version, epoch=epoch.epoch, chunk_size=self._chunk_size, level=self._level
         )
+        views = self._views(
+            model, document, epoch=epoch.epoch, first_index=len(chunks), size=manifest.size
+        )
+        if views:
+            manifest = replace(manifest, views=tuple(ref for ref, _ in views))
         guard = self._epochs.guard(epoch)
         model_path = self._layout.job_model(version)
         folder = self._prepare_folder(version, epoch, what)
@@ -143,6 +181,13 @@ class JobModelStore:
             checks.append(
                 Op("check", chunk_path, version=self._write_chunk(chunk_path, data, epoch, what))
             )
+        views_written = self._write_views(
+            model_path, [(ref.name, data) for ref, data in views], epoch, what
+        )
+        checks += [
+            Op("check", f"{model_path}/{name}", version=node_version)
+            for name, node_version in views_written
+        ]
         commit = [
             guard,
             Op("set", model_path, manifest.to_bytes(), version=folder.version),
@@ -173,8 +218,10 @@ class JobModelStore:
             json_bytes=len(raw),
             stored_bytes=manifest.size,
             chunks=len(chunks),
+            views=len(views),
         )
-        self._remove_old_versions_after_publish(version, epoch)
+        if retention:
+            self.remove_old_versions_best_effort(version, epoch)
 
     def _fenced(self, ops: list[Op], epoch: LeaderEpoch, what: str) -> None:
         try:
@@ -214,6 +261,63 @@ class JobModelStore:
                     raise self._epochs.fenced_out(epoch, what) from None
                 raise
         return stat
+
+    def _views(
+        self, model: JobModel, document: dict[str, Any], *, epoch: int, first_index: int, size: int
+    ) -> list[tuple[ChunkRef, bytes]]:
+        """The container views of ``model`` (none if it has no containers, or if a view would
+        not fit in one chunk: readers then read the whole model). ``document`` is the model's
+        format-1 dict, whose container entries the views share."""
+        if not model.containers:
+            return []
+        # Views are compressed faster (level 1, larger) and spread by a hash (uneven): aim well
+        # below the chunk size.
+        target = min(VIEW_TARGET_BYTES, max(1, self._chunk_size // 4))
+        count = min(len(model.containers), max(1, math.ceil(size / target)))
+        groups: dict[int, dict[str, Any]] = defaultdict(dict)
+        containers = document["containers"]
+        for pid in model.containers:
+            groups[view_index(pid, count)][pid] = containers[pid]
+        views = []
+        for index in range(count):
+            part = {
+                "format": document["format"],
+                "version": model.version,
+                "run_id": self._run_id,
+                "containers": dict(sorted(groups.get(index, {}).items())),
+            }
+            ref, data = compress_view(
+                orjson.dumps(part), epoch=epoch, index=first_index + index, level=1
+            )
+            if len(data) > self._chunk_size:
+                self._ops.log.warning(
+                    "zk.views_skipped", version=model.version, view_bytes=len(data)
+                )
+                return []
+            views.append((ref, data))
+        return views
+
+    def _write_views(
+        self, folder: str, chunks: list[tuple[str, bytes]], epoch: LeaderEpoch, what: str
+    ) -> list[tuple[str, int]]:
+        """Create the (small) view nodes under ``folder`` in as few fenced transactions as fit;
+        returns each one's name and znode version. A node left by our own earlier attempt (its
+        answer lost) is overwritten one by one."""
+        if not chunks:
+            return []
+        ops = [Op("create", f"{folder}/{name}", data) for name, data in chunks]
+        try:
+            self._ops.commit_batched(ops, what, guards=[self._epochs.guard(epoch)])
+            return [(name, 0) for name, _ in chunks]
+        except TransactionRejected as exc:
+            if exc.index == 0:
+                raise self._epochs.fenced_out(epoch, what) from None
+            if not isinstance(exc.error, NodeExistsError):
+                raise
+        return [
+            (name, self._write_chunk(f"{folder}/{name}", data, epoch, what))
+            for name, data in chunks
+        ]
 
     def _write_chunk(self, path: str, data: bytes, epoch: LeaderEpoch, what: str) -> int:
         """Create one chunk (fenced); returns its znode version."""
@@ -262,9 +366,38 @@ class JobModelStore:
             raise CorruptDataError(path, f"holds job model version {document.model.version}")
         return document
 
+    def read_container(self, version: int, processor_id: str) -> ContainerModel | None:
+        """``processor_id``'s container in job model ``version`` (None: the model has none), read
+        from its container view: the manifest and one small node. A model published without
+        views is read whole. NotFound if the version is not committed; CorruptDataError if the
+        view does not match the manifest."""
+        path = self._layout.job_model(version)
+        found = self._ops.get(path, f"read job model {version}")
+        if found is None:
+            raise NotFound(path, f"job model version {version} does not exist")
+        if not found[0]:
+            raise NotFound(path, f"job model version {version} is not committed")
+        manifest = Manifest.from_bytes(found[0], path)
+        if manifest.version != version:
+            raise CorruptDataError(path, f"manifest describes version {manifest.version}")
+        if not manifest.views:
+            return self.read_document(version).model.containers.get(processor_id)
+        ref = manifest.views[view_index(processor_id, len(manifest.views))]
+        view_path = f"{path}/{ref.name}"
+        view = self._ops.get(view_path, f"read container view of job model {version}")
+        raw = decompress_view(ref, None if view is None else view[0], path=view_path)
+        try:
+            held, container = load_container(raw, processor_id)
+        except JobModelFormatError as exc:
+            raise CorruptDataError(view_path, f"container view: {exc}") from None
+        if held != version:
+            raise CorruptDataError(view_path, f"holds job model version {held}")
+        return container
+
     # ---------------------------------------------------------------- retention
 
-    def _remove_old_versions_after_publish(self, version: int, epoch: LeaderEpoch) -> None:
+    def remove_old_versions_best_effort(self, version: int, epoch: LeaderEpoch) -> None:
+        """Retention after ``version``; a failure is logged (and retried after the next one)."""
         try:
             self.remove_old_versions(epoch=epoch, latest=version)
         except FencedOut as exc:

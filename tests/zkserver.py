@@ -110,6 +110,11 @@ class ZooKeeperServer:
         return f"127.0.0.1:{self.secure_port}"
 
     @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return None if self._process is None else self._process.pid
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

@@ -140,3 +140,34 @@ def test_watch_ends_when_retention_removes_the_barrier(zk_store: ZkMetadataStore
 
     wait_for(lambda: states[-1] is None)
     assert states[0] == "NEW"
+
+
+def test_state_watch_sees_decisions_but_not_joins(
+    zk_store: ZkMetadataStore, processor_store: ZkMetadataStore, epoch: LeaderEpoch
+) -> None:
+    states: list[str | None] = []
+    processor_store.watch_barrier_state(1, states.append)
+    reads_before = processor_store.reads
+    for pid in PROCESSORS:
+        processor_store.join_barrier(1, pid)
+    time.sleep(0.3)
+    assert states == ["NEW"]  # joins change the participants, not the state
+    zk_store.set_barrier_state(1, "DONE", epoch=epoch)
+    wait_for(lambda: states == ["NEW", "DONE"])
+    assert processor_store.reads == reads_before  # the watch counted nothing of its own
+
+
+def test_state_watch_of_a_barrier_not_yet_created_and_removed(zk_store: ZkMetadataStore) -> None:
+    store = ZkMetadataStore(zk_store.client, zk_store.job_folder, run_id="run-1", retention=1)
+    epoch = store.acquire_epoch()
+    states: list[str | None] = []
+    store.watch_barrier_state(1, states.append)
+    model = JobModel(1, FrozenMap({"p-1": ContainerModel("p-1", "loc")}))
+    store.publish_job_model(model, epoch=epoch, participants=["p-1"])
+    wait_for(lambda: states == [None, "NEW"])
+    store.publish_job_model(
+        JobModel(2, FrozenMap({"p-1": ContainerModel("p-1", "loc")})),
+        epoch=epoch,
+        participants=["p-1"],
+    )
+    wait_for(lambda: states == [None, "NEW", None])  # retention removed barrier 1

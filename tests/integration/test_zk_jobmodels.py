@@ -274,3 +274,82 @@ def test_one_million_tasks_round_trip_below_the_node_limit(zk_store: ZkMetadataS
     assert max(sizes.values()) < REQUEST_LIMIT
     assert len(sizes) > 10  # the manifest, the version folder and its chunks
     print(f"1M tasks: publish {published_s:.1f}s, publish+read {total_s:.1f}s, {len(sizes)} nodes")
+
+
+# ---------------------------------------------------------------- container views
+
+
+def manifest_of(store: ZkMetadataStore, version: int) -> dict[str, object]:
+    data, _ = store.client.get(f"{store.job_folder}/jobModels/{version}")
+    document = json.loads(data)
+    assert isinstance(document, dict)
+    return document
+
+
+def test_each_processor_reads_its_container_from_one_small_view(zk_store: ZkMetadataStore) -> None:
+    store = ZkMetadataStore(zk_store.client, zk_store.job_folder, run_id="run-1")
+    model = job_model(1, 10_000, processors=100)
+    publish(store, store.acquire_epoch(), model)
+    manifest = manifest_of(store, 1)
+    views = manifest["views"]
+    assert isinstance(views, list) and 10 < len(views) <= 100
+
+    reader = ZkMetadataStore(zk_store.client, zk_store.job_folder, run_id="run-1")
+    for pid, container in model.containers.items():
+        before = reader.reads
+        assert reader.read_container(1, pid) == container
+        assert reader.reads - before == 2  # the manifest and one view
+    assert reader.read_container(1, "p-unknown") is None
+    # A view is a small part of the whole model.
+    whole = manifest["size"]
+    assert isinstance(whole, int)
+    assert max(view["size"] for view in views) < whole / 5
+    assert store.read_job_model(1) == model  # the whole model is still there, unchanged
+
+
+def test_a_model_published_without_views_is_read_whole(zk_store: ZkMetadataStore) -> None:
+    epoch = zk_store.acquire_epoch()
+    model = job_model(1, 300, processors=5)
+    publish(zk_store, epoch, model)
+    path = f"{zk_store.job_folder}/jobModels/1"
+    document = manifest_of(zk_store, 1)
+    del document["views"]  # as an older coordinator wrote it
+    zk_store.client.set(path, json.dumps(document, separators=(",", ":")).encode())
+
+    for pid, container in model.containers.items():
+        assert zk_store.read_container(1, pid) == container
+    assert zk_store.read_container(1, "p-unknown") is None
+
+
+def test_a_corrupt_view_is_named_and_the_whole_model_stays_readable(
+    zk_store: ZkMetadataStore,
+) -> None:
+    model = job_model(1, 300, processors=5)
+    publish(zk_store, zk_store.acquire_epoch(), model)
+    views = manifest_of(zk_store, 1)["views"]
+    assert isinstance(views, list)
+    view_path = f"{zk_store.job_folder}/jobModels/1/{views[0]['name']}"
+    zk_store.client.set(view_path, b"not zlib at all")
+
+    errors = []
+    for pid in model.containers:
+        try:
+            zk_store.read_container(1, pid)
+        except CorruptDataError as exc:
+            errors.append(exc)
+    assert errors and all(e.path == view_path for e in errors)
+    assert "container view" in errors[0].problem
+    assert zk_store.read_job_model(1) == model
+
+
+def test_views_are_left_out_when_one_would_not_fit_a_node(zk_store: ZkMetadataStore) -> None:
+    store = ZkMetadataStore(zk_store.client, zk_store.job_folder, run_id="run-1", chunk_size=1024)
+    model = job_model(1, 3000, processors=1)  # one container far above the chunk size
+    publish(store, store.acquire_epoch(), model)
+
+    assert "views" not in manifest_of(store, 1)
+    assert store.read_container(1, "p-0") == model.containers["p-0"]
+    folder = f"{store.job_folder}/jobModels/1"
+    sizes = node_sizes(store.client, folder)
+    del sizes[folder]  # the manifest
+    assert max(sizes.values()) <= 1024

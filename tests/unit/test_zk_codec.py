@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from metadata.errors import CorruptDataError
-from metadata.zk_chunks import Manifest, chunk_epoch, join_blob, split_blob
+from metadata.zk_chunks import (
+    Manifest,
+    chunk_epoch,
+    compress_view,
+    decompress_view,
+    join_blob,
+    split_blob,
+    view_index,
+)
 from metadata.zk_layout import (
     JobLayout,
     decode_name,
@@ -91,6 +99,47 @@ def test_bad_manifests(data: bytes, problem: str) -> None:
         Manifest.from_bytes(data, PATH)
     assert error.value.path == PATH
     assert problem in error.value.problem
+
+
+@given(st.lists(st.binary(max_size=300), max_size=5))
+def test_manifest_with_views_round_trips(views: list[bytes]) -> None:
+    manifest, _ = split(b"payload")
+    refs = [compress_view(raw, epoch=2, index=10 + i) for i, raw in enumerate(views)]
+    with_views = Manifest(
+        version=manifest.version,
+        epoch=manifest.epoch,
+        raw_size=manifest.raw_size,
+        size=manifest.size,
+        sha256=manifest.sha256,
+        chunks=manifest.chunks,
+        views=tuple(ref for ref, _ in refs),
+    )
+    decoded = Manifest.from_bytes(with_views.to_bytes(), PATH)
+    assert decoded == with_views
+    assert ("views" in json.loads(with_views.to_bytes())) == bool(views)
+    for (ref, data), raw in zip(refs, views, strict=True):
+        assert decompress_view(ref, data, path=f"{PATH}/{ref.name}") == raw
+
+
+def test_bad_views_are_named() -> None:
+    manifest, _ = split(b"payload")
+    document = json.loads(manifest.to_bytes())
+    document["views"] = [{"name": "x", "size": 1, "crc32": 1}]
+    with pytest.raises(CorruptDataError, match=r"views\[0\]\.name"):
+        Manifest.from_bytes(json.dumps(document).encode(), PATH)
+    ref, data = compress_view(b"{}", epoch=2, index=4)
+    with pytest.raises(CorruptDataError, match="missing container view"):
+        decompress_view(ref, None, path=PATH)
+    with pytest.raises(CorruptDataError, match="checksum mismatch in container view"):
+        decompress_view(ref, data[:-1] + b"x", path=PATH)
+
+
+@given(st.text(min_size=1), st.integers(min_value=1, max_value=1000))
+def test_view_index_is_stable_and_in_range(processor_id: str, views: int) -> None:
+    index = view_index(processor_id, views)
+    assert 0 <= index < views
+    assert index == view_index(processor_id, views)
+    assert view_index("p-1", 7) == 3  # CRC-32, the same in every process and version
 
 
 def test_manifest_claiming_another_size_is_corrupt() -> None:
