@@ -6,7 +6,10 @@ Protocol (DESIGN.md "Data flow", invariants I3 and I4):
 2. On every new job-model version ``v``: read this processor's container of it (its container
    view: a few KB, not the whole model); stop the tasks it no longer gives this
    processor (``on_stop``); if ``v`` names this processor, join barrier ``v``.
-   A version that leaves this processor's tasks as they are stops nothing.
+   A version that leaves this processor's tasks as they are stops nothing. When the manifest
+   says this processor keeps every task it runs (it runs the version the model was planned
+   against and is not among the processors that lose a task), there is nothing to stop, so it
+   joins first and reads its tasks while the others join.
 3. When barrier ``v`` is DONE, start the tasks that are new to this processor (``on_start``) and
    write their task locality (the store writes only what changed). If it is TIMED_OUT, start
    nothing and wait for the next version, which the leader generates at once.
@@ -189,21 +192,32 @@ class ProcessorClient:
 
     def _follow(self, version: int) -> None:
         try:
-            container = self.store.read_container(version, self.processor_id)
+            manifest = self.store.read_manifest(version)
         except NotFound:
             return  # superseded and removed already: a newer version event follows
         log = self.log.bind(version=version)
+        early = bool(self.running) and manifest.keeps_everything(
+            self.processor_id, self.running_version
+        )
+        if early:
+            # Nothing of ours moves (the manifest says so against the version we run): join at
+            # once, and read our tasks while the others join.
+            self.store.join_barrier(version, self.processor_id)
+        container = self.store.read_container(version, self.processor_id, manifest=manifest)
         mine = dict(container.tasks) if container is not None else {}
         leaving = {n: t for n, t in self.running.items() if mine.get(n) != t}
         if leaving:
+            if early:
+                log.error("processor.manifest_disagrees", leaving=sorted(leaving)[:10])
             self._stop_tasks(leaving)
         if container is None:
             self._target = None
             log.info("processor.not_in_model")
             return
         self._target = (version, mine)
-        self.store.join_barrier(version, self.processor_id)
-        log.info("processor.joined_barrier", tasks=len(mine), stopped=len(leaving))
+        if not early:
+            self.store.join_barrier(version, self.processor_id)
+        log.info("processor.joined_barrier", tasks=len(mine), stopped=len(leaving), early=early)
 
         def on_barrier(state: str | None) -> None:
             self._events.put(_Barrier(version, state))

@@ -284,7 +284,7 @@ class CoordinatorService:
             elif isinstance(action, RunGrouper):
                 pending.extend(core.handle(self._run_grouper(action, log)))
             elif isinstance(action, PublishJobModel):
-                self._publish(action, log)
+                self._publish(action, core.in_force, log)
             elif isinstance(action, MarkBarrier):
                 self.store.set_barrier_state(action.version, action.state, epoch=self._epoch)
                 self._apply_retention(log)
@@ -336,7 +336,7 @@ class CoordinatorService:
         )
         return GrouperFinished(self.clock(), action.request, outcome.get("containers"), error)
 
-    def _publish(self, action: PublishJobModel, log: Any) -> None:
+    def _publish(self, action: PublishJobModel, in_force: JobModel | None, log: Any) -> None:
         version = action.model.version
         self.store.publish_job_model(
             action.model,
@@ -344,6 +344,7 @@ class CoordinatorService:
             participants=action.participants,
             grouper=self.grouper_name,
             retention=False,  # after the barrier is decided: see _apply_retention
+            previous=in_force,  # who loses a task: the others may join at once
         )
         self._watch_barrier(version)
         self.metrics.rebalances.inc()

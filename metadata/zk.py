@@ -38,6 +38,7 @@ from metadata.model import ContainerModel, JobModel, SystemStreamPartition
 from metadata.serde import JobModelDocument
 from metadata.zk_barriers import DONE, NEW, TIMED_OUT, Barriers
 from metadata.zk_checkpoints import CheckpointStore
+from metadata.zk_chunks import Manifest
 from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk_errors import (
     CorruptDataError,
@@ -70,6 +71,7 @@ __all__ = [
     "FencedOut",
     "JobLayout",
     "LeaderEpoch",
+    "Manifest",
     "NodeExists",
     "NodeTooLarge",
     "NotFound",
@@ -374,15 +376,23 @@ class ZkMetadataStore:
         participants: Collection[str],
         grouper: str = "",
         retention: bool = True,
+        previous: JobModel | None = None,
     ) -> None:
         """Publish ``model`` (version ``model.version``) and barrier v, atomically and fenced.
 
         ``retention``: remove versions beyond the retention right after (best effort). The
         coordinator passes False and calls :meth:`remove_old_versions` once the barrier is
         decided, so the deletes do not compete with the processors reading the new version.
+        ``previous`` (the model in force) lets the manifest name the processors that lose a
+        task, so the others join the barrier without waiting to read their tasks.
         """
         self._job_models.publish(
-            model, epoch=epoch, participants=participants, grouper=grouper, retention=retention
+            model,
+            epoch=epoch,
+            participants=participants,
+            grouper=grouper,
+            retention=retention,
+            previous=previous,
         )
 
     def read_job_model_document(self, version: int) -> JobModelDocument:
@@ -394,10 +404,17 @@ class ZkMetadataStore:
     def read_latest_version(self) -> int | None:
         return self._job_models.latest_version()
 
-    def read_container(self, version: int, processor_id: str) -> ContainerModel | None:
+    def read_manifest(self, version: int) -> Manifest:
+        """The manifest of job model ``version``: its chunks, container views, and which
+        processors lose a task against the model in force (``Manifest.keeps_everything``)."""
+        return self._job_models.read_manifest(version)
+
+    def read_container(
+        self, version: int, processor_id: str, *, manifest: Manifest | None = None
+    ) -> ContainerModel | None:
         """One processor's container of job model ``version`` (None: not in it), read from its
-        container view (a few KB) rather than the whole model."""
-        return self._job_models.read_container(version, processor_id)
+        container view (a few KB) rather than the whole model; ``manifest`` saves a read."""
+        return self._job_models.read_container(version, processor_id, manifest=manifest)
 
     def read_latest_job_model_document(self) -> JobModelDocument | None:
         """The latest committed job model, or None if none was published yet."""

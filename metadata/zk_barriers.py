@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from kazoo.protocol.states import ZnodeStat
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoNodeError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.recipe.watchers import DataWatch
 
 from metadata.errors import CorruptDataError
 from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
@@ -34,6 +42,64 @@ TIMED_OUT = "TIMED_OUT"
 STATES = frozenset({NEW, DONE, TIMED_OUT})
 
 
+class _CoalescedChildren:
+    """A children watch that re-reads the list ``delay_s`` after a change (not at once), so a
+    burst of changes costs one read. ``callback(names)`` returns False to end the watch; the
+    watch also ends when the node is gone. The first read (:meth:`fetch`) is synchronous; later
+    ones run on a timer thread, and a failed re-read (connection trouble) is retried, logged,
+    until the node is gone or the session is closed."""
+
+    def __init__(
+        self, ops: ZkOps, path: str, callback: Callable[[list[str]], bool], delay_s: float
+    ) -> None:
+        self._ops = ops
+        self._path = path
+        self._callback = callback
+        self._delay_s = delay_s
+        self._lock = threading.Lock()
+        self._pending = False
+        self._ended = False
+
+    def fetch(self) -> None:
+        with self._lock:
+            self._pending = False
+            if self._ended:
+                return
+        try:
+            names = self._ops.client.get_children(self._path, watch=self._on_event)
+        except NoNodeError:
+            self._ended = True
+            return
+        if not self._callback(names):
+            self._ended = True
+
+    def _on_event(self, event: WatchedEvent) -> None:
+        if event.type == EventType.DELETED:
+            self._ended = True
+            return
+        with self._lock:
+            if self._pending or self._ended:
+                return
+            self._pending = True
+        timer = threading.Timer(self._delay_s, self._refetch)
+        timer.daemon = True
+        timer.start()
+
+    def _refetch(self) -> None:
+        while True:
+            try:
+                self.fetch()
+                return
+            except (ConnectionLoss, ConnectionClosedError, SessionExpiredError):
+                if not self._ops.client.connected and self._ops.client.state == "LOST":
+                    return
+                self._ops.log.warning("zk.barrier_participants_reread_failed", path=self._path)
+                time.sleep(0.2)
+            except KazooException:
+                self._ops.log.exception("zk.barrier_participants_reread_failed", path=self._path)
+                return
+
+
 @dataclass
 class _Seen:
     """What a barrier watch has seen so far (both kazoo watches update it)."""
@@ -47,10 +113,13 @@ class _Seen:
 class Barriers:
     """Creates, joins, watches and decides the barriers of one job."""
 
-    def __init__(self, ops: ZkOps, layout: JobLayout, epochs: LeaderEpochs) -> None:
+    def __init__(
+        self, ops: ZkOps, layout: JobLayout, epochs: LeaderEpochs, *, coalesce_s: float = 0.005
+    ) -> None:
         self._ops = ops
         self._layout = layout
         self._epochs = epochs
+        self._coalesce_s = coalesce_s
 
     def create_ops(self, version: int, participants: Collection[str]) -> list[Op]:
         """The operations creating barrier ``version``: state NEW, expecting ``participants``."""
@@ -167,6 +236,9 @@ class Barriers:
         """Call ``callback(state, participants)`` now and whenever either changes.
 
         ``state`` is None once the barrier is gone (removed by retention); the watch then ends.
+        Joins that come close together are reported together: after a change the participant
+        list is read again ``coalesce_s`` later (5 ms), so P joins in a burst cost a few reads of
+        the list rather than P (each of up to P names).
         """
         watch = Watch(self._ops.log, "barrier", self._layout.barrier(version))
         seen = _Seen()
@@ -204,7 +276,9 @@ class Barriers:
 
         def start() -> None:
             DataWatch(self._ops.client, self._layout.barrier_state(version), on_state)
-            ChildrenWatch(self._ops.client, participants_path, on_participants)
+            _CoalescedChildren(
+                self._ops, participants_path, on_participants, self._coalesce_s
+            ).fetch()
 
         self._ops.call("watch barrier", self._layout.barrier(version), start)
         return watch

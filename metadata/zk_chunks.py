@@ -10,13 +10,19 @@ Manifest (the data of ``jobModels/<version>``), format 1::
     {"format": 1, "version": 7, "epoch": 3, "encoding": "zlib",
      "raw_size": 162562815, "size": 11668510, "sha256": "<hex>",
      "chunks": [{"name": "e3-00000", "size": 900000, "crc32": 123}, ...],
-     "views": [{"name": "e3-00013", "size": 30211, "crc32": 456}, ...]}
+     "views": [{"name": "e3-00013", "size": 30211, "crc32": 456}, ...],
+     "base": 6, "losing": ["p-4"]}
 
 ``views`` (optional; absent = none) are *container views*: the containers of the model spread over
 ``len(views)`` small nodes by :func:`view_index` of the processor id, each node a compressed job
 model holding only its containers. A processor reads the one view node that holds its own
 container instead of the whole model (see :mod:`metadata.zk_jobmodels`). Readers that do not know
 views ignore the field.
+
+``base`` and ``losing`` (optional, together): the version the model was planned against (the one in
+force) and the processors that lose a task against it (or are not in the model). A processor
+that runs ``base`` and is not in ``losing`` has nothing to stop, so it may join the barrier before
+reading its own container (:meth:`Manifest.keeps_everything`).
 
 Chunk names carry the writer's leader epoch, so two leaders (one of them deposed) never write the
 same chunk node.
@@ -91,6 +97,18 @@ class Manifest:
     encoding: str = ENCODING
     format: int = MANIFEST_FORMAT
     views: tuple[ChunkRef, ...] = ()
+    base: int | None = None
+    losing: tuple[str, ...] = ()
+
+    def keeps_everything(self, processor_id: str, running_version: int | None) -> bool:
+        """True if a processor running ``running_version`` keeps every task it runs in this
+        version: the manifest says so (``base`` is that version, and the processor is not among
+        the ``losing``)."""
+        return (
+            self.base is not None
+            and running_version == self.base
+            and processor_id not in self.losing
+        )
 
     def to_bytes(self) -> bytes:
         document = {
@@ -107,6 +125,9 @@ class Manifest:
             document["views"] = [
                 {"name": c.name, "size": c.size, "crc32": c.crc32} for c in self.views
             ]
+        if self.base is not None:
+            document["base"] = self.base
+            document["losing"] = list(self.losing)
         return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
@@ -132,6 +153,14 @@ class Manifest:
             if "views" in document
             else ()
         )
+        base: int | None = None
+        losing: tuple[str, ...] = ()
+        if "base" in document:
+            base = _field(document, "base", int, path)
+            raw_losing = _field(document, "losing", list, path)
+            if not all(isinstance(pid, str) for pid in raw_losing):
+                raise CorruptDataError(path, "manifest field losing should list processor ids")
+            losing = tuple(raw_losing)
         return cls(
             version=_field(document, "version", int, path),
             epoch=_field(document, "epoch", int, path),
@@ -142,6 +171,8 @@ class Manifest:
             encoding=encoding,
             format=fmt,
             views=views,
+            base=base,
+            losing=losing,
         )
 
 

@@ -62,7 +62,24 @@ from metadata.zk_layout import BARRIER_PREFIX, JobLayout, parse_int_name
 from metadata.zk_ops import Op, ZkOps
 from metadata.zk_watch import Watch
 
-__all__ = ["VIEW_TARGET_BYTES", "JobModelStore"]
+__all__ = ["LOSING_LIMIT", "VIEW_TARGET_BYTES", "JobModelStore", "losing_processors"]
+
+#: A manifest lists at most this many losing processors (else none: everyone reads first).
+LOSING_LIMIT = 2000
+
+
+def losing_processors(previous: JobModel, model: JobModel) -> tuple[str, ...]:
+    """The processors of ``previous`` that do not keep every one of their tasks (the same task
+    model under the same name) in ``model``, or are not in it; sorted."""
+    losing = []
+    for pid, before in previous.containers.items():
+        after = model.containers.get(pid)
+        if after is None or any(
+            after.tasks.get(name) != task for name, task in before.tasks.items()
+        ):
+            losing.append(pid)
+    return tuple(sorted(losing))
+
 
 #: About how many compressed bytes one container view holds (the number of views is the whole
 #: model's compressed size over this, at most one per container).
@@ -146,9 +163,13 @@ class JobModelStore:
         participants: Collection[str],
         grouper: str = "",
         retention: bool = True,
+        previous: JobModel | None = None,
     ) -> None:
         """Publish ``model`` as version ``model.version`` with barrier v expecting ``participants``;
         then, if ``retention``, remove the versions beyond the retention (best effort).
+
+        ``previous``: the model in force, if known; the manifest then lists the processors that
+        lose a task against it (``base``, ``losing``), so the others can join the barrier at once.
 
         Raises :class:`FencedOut` if ``epoch`` is no longer in force (nothing becomes visible),
         :class:`WriteConflict` if the version is not above the latest or another publish won.
@@ -172,6 +193,10 @@ class JobModelStore:
         )
         if views:
             manifest = replace(manifest, views=tuple(ref for ref, _ in views))
+        if previous is not None and previous.version < version:
+            losing = losing_processors(previous, model)
+            if len(losing) <= LOSING_LIMIT:
+                manifest = replace(manifest, base=previous.version, losing=losing)
         guard = self._epochs.guard(epoch)
         model_path = self._layout.job_model(version)
         folder = self._prepare_folder(version, epoch, what)
@@ -366,11 +391,8 @@ class JobModelStore:
             raise CorruptDataError(path, f"holds job model version {document.model.version}")
         return document
 
-    def read_container(self, version: int, processor_id: str) -> ContainerModel | None:
-        """``processor_id``'s container in job model ``version`` (None: the model has none), read
-        from its container view: the manifest and one small node. A model published without
-        views is read whole. NotFound if the version is not committed; CorruptDataError if the
-        view does not match the manifest."""
+    def read_manifest(self, version: int) -> Manifest:
+        """The manifest of committed job model ``version`` (NotFound if not committed)."""
         path = self._layout.job_model(version)
         found = self._ops.get(path, f"read job model {version}")
         if found is None:
@@ -380,6 +402,20 @@ class JobModelStore:
         manifest = Manifest.from_bytes(found[0], path)
         if manifest.version != version:
             raise CorruptDataError(path, f"manifest describes version {manifest.version}")
+        return manifest
+
+    def read_container(
+        self, version: int, processor_id: str, *, manifest: Manifest | None = None
+    ) -> ContainerModel | None:
+        """``processor_id``'s container in job model ``version`` (None: the model has none), read
+        from its container view: the manifest (unless given) and one small node. A model
+        published without views is read whole. NotFound if the version is not committed;
+        CorruptDataError if the view does not match the manifest."""
+        path = self._layout.job_model(version)
+        if manifest is None:
+            manifest = self.read_manifest(version)
+        elif manifest.version != version:
+            raise ValueError(f"the manifest given is of version {manifest.version}, not {version}")
         if not manifest.views:
             return self.read_document(version).model.containers.get(processor_id)
         ref = manifest.views[view_index(processor_id, len(manifest.views))]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from metadata.errors import CorruptDataError
+from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk_chunks import (
     Manifest,
     chunk_epoch,
@@ -21,6 +22,7 @@ from metadata.zk_chunks import (
     split_blob,
     view_index,
 )
+from metadata.zk_jobmodels import losing_processors
 from metadata.zk_layout import (
     JobLayout,
     decode_name,
@@ -215,3 +217,50 @@ def test_multiread_framing() -> None:
     assert found[0] == b"loc" and found[1].version == 5
     assert isinstance(missing, NoNodeError)
     assert isinstance(denied, NoAuthError)
+
+
+def test_manifest_base_and_losing_round_trip_and_promise() -> None:
+    manifest, _ = split(b"payload")
+    planned = Manifest(
+        version=manifest.version,
+        epoch=manifest.epoch,
+        raw_size=manifest.raw_size,
+        size=manifest.size,
+        sha256=manifest.sha256,
+        chunks=manifest.chunks,
+        base=2,
+        losing=("p-2",),
+    )
+    decoded = Manifest.from_bytes(planned.to_bytes(), PATH)
+    assert decoded == planned
+    assert decoded.keeps_everything("p-1", 2)
+    assert not decoded.keeps_everything("p-2", 2)  # loses a task
+    assert not decoded.keeps_everything("p-1", 1)  # runs another version than the base
+    assert not decoded.keeps_everything("p-1", None)
+    assert not manifest.keeps_everything("p-1", 2)  # no plan in the manifest: no promise
+    document = json.loads(planned.to_bytes())
+    document["losing"] = [1]
+    with pytest.raises(CorruptDataError, match="losing"):
+        Manifest.from_bytes(json.dumps(document).encode(), PATH)
+
+
+def test_losing_processors_are_those_that_do_not_keep_every_task() -> None:
+    def t(i: int, changelog: int = -1) -> TaskModel:
+        ssp = SystemStreamPartition("k", "s", i)
+        return TaskModel(f"Partition {i}", frozenset({ssp}), changelog)
+
+    def m(version: int, assignment: dict[str, list[TaskModel]]) -> JobModel:
+        return JobModel(
+            version,
+            FrozenMap(
+                {
+                    pid: ContainerModel(pid, None, FrozenMap({x.name: x for x in tasks}))
+                    for pid, tasks in assignment.items()
+                }
+            ),
+        )
+
+    before = m(1, {"a": [t(0), t(1)], "b": [t(2)], "c": [t(3)], "d": []})
+    after = m(2, {"a": [t(0), t(1), t(4)], "b": [t(2, changelog=7)], "e": [t(3)], "d": [t(5)]})
+    # a keeps all (and gains); b's task changed; c is gone; d had nothing to lose.
+    assert losing_processors(before, after) == ("b", "c")

@@ -1,0 +1,170 @@
+"""The processor client against a real ZooKeeper, with the test as the leader: who joins early.
+
+A processor that keeps every task it runs (the manifest says so against the version it runs)
+joins the barrier before reading its tasks; one that loses a task reads first, stops it, then
+joins. Either way nothing new starts before DONE.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from zkserver import ZooKeeperServer
+
+from coordinator.processor import ProcessorClient
+from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
+from metadata.zk import LeaderEpoch, ZkMetadataStore
+
+pytestmark = pytest.mark.zk
+
+
+def task(i: int) -> TaskModel:
+    return TaskModel(f"Partition {i}", frozenset({SystemStreamPartition("kafka", "events", i)}))
+
+
+def model(version: int, assignment: Mapping[str, list[int]]) -> JobModel:
+    return JobModel(
+        version,
+        FrozenMap(
+            {
+                pid: ContainerModel(
+                    pid, f"loc-{pid}", FrozenMap({task(i).name: task(i) for i in ids})
+                )
+                for pid, ids in assignment.items()
+            }
+        ),
+    )
+
+
+class Recorder:
+    """What one processor did, in order: ("read", v), ("join", v), ("stop", names), ("start", v)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, object]] = []
+        self.lock = threading.Lock()
+
+    def add(self, step: str, detail: object) -> None:
+        with self.lock:
+            self.steps.append((step, detail))
+
+    def order(self, version: int) -> list[str]:
+        with self.lock:
+            return [step for step, detail in self.steps if detail == version]
+
+
+@pytest.fixture
+def processors(
+    zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
+) -> Iterator[Callable[[str], tuple[ProcessorClient, Recorder]]]:
+    stops: list[threading.Event] = []
+    threads: list[threading.Thread] = []
+
+    def start(pid: str) -> tuple[ProcessorClient, Recorder]:
+        store = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.job_folder, run_id="run-1")
+        recorder = Recorder()
+        read_container, join_barrier = store.read_container, store.join_barrier
+
+        def reading(version: int, processor_id: str, **kwargs: Any) -> ContainerModel | None:
+            recorder.add("read", version)
+            return read_container(version, processor_id, **kwargs)
+
+        def joining(version: int, processor_id: str) -> None:
+            recorder.add("join", version)
+            join_barrier(version, processor_id)
+
+        store.read_container = reading  # type: ignore[method-assign]
+        store.join_barrier = joining  # type: ignore[method-assign]
+        client = ProcessorClient(
+            store.client,
+            store,
+            pid,
+            f"loc-{pid}",
+            on_start=lambda v, tasks: recorder.add("start", v),
+            on_stop=lambda v, tasks: recorder.add("stop", sorted(tasks)),
+        )
+        stop = threading.Event()
+        thread = threading.Thread(target=client.run, args=(stop,), daemon=True)
+        thread.start()
+        stops.append(stop)
+        threads.append(thread)
+        return client, recorder
+
+    yield start
+    for stop in stops:
+        stop.set()
+    for thread in threads:
+        thread.join(10)
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def publish_and_complete(
+    store: ZkMetadataStore, epoch: LeaderEpoch, new: JobModel, previous: JobModel | None
+) -> None:
+    store.publish_job_model(new, epoch=epoch, participants=list(new.containers), previous=previous)
+    wait_for(lambda: store.barrier_participants(new.version) == set(new.containers))
+    store.set_barrier_state(new.version, "DONE", epoch=epoch)
+
+
+def test_keepers_join_before_reading_and_losers_stop_first(
+    zk_store: ZkMetadataStore, processors: Callable[[str], tuple[ProcessorClient, Recorder]]
+) -> None:
+    keeper, keeper_log = processors("p-1")
+    loser, loser_log = processors("p-2")
+    wait_for(lambda: len(zk_store.read_processor_locality()) == 2)
+    epoch = zk_store.acquire_epoch()
+    v1 = model(1, {"p-1": [0, 1], "p-2": [2, 3]})
+    publish_and_complete(zk_store, epoch, v1, None)
+    wait_for(lambda: keeper.running_version == 1 and loser.running_version == 1)
+    # With no model in force the manifest promises nothing: both read first.
+    assert keeper_log.order(1) == ["read", "join", "start"]
+    assert loser_log.order(1) == ["read", "join", "start"]
+
+    v2 = model(2, {"p-1": [0, 1, 3], "p-2": [2]})  # p-1 keeps all and gains 3; p-2 loses 3
+    zk_store.publish_job_model(v2, epoch=epoch, participants=["p-1", "p-2"], previous=v1)
+    manifest = zk_store.read_manifest(2)
+    assert (manifest.base, manifest.losing) == (1, ("p-2",))
+    wait_for(lambda: zk_store.barrier_participants(2) == {"p-1", "p-2"})
+    time.sleep(0.2)
+    assert keeper.running_version == 1 and loser.running_version == 1  # nothing before DONE
+    assert "Partition 3" not in keeper.running
+    zk_store.set_barrier_state(2, "DONE", epoch=epoch)
+    wait_for(lambda: keeper.running_version == 2 and loser.running_version == 2)
+
+    assert keeper_log.order(2) == ["join", "read", "start"]  # early: nothing to stop
+    assert loser_log.order(2) == ["read", "join"]  # nothing new to start
+    stop_index = loser_log.steps.index(("stop", ["Partition 3"]))
+    assert stop_index < loser_log.steps.index(("join", 2))  # stopped before joining
+    assert set(keeper.running) == {"Partition 0", "Partition 1", "Partition 3"}
+    assert set(loser.running) == {"Partition 2"}
+
+
+def test_a_processor_behind_the_base_reads_first(
+    zk_store: ZkMetadataStore, processors: Callable[[str], tuple[ProcessorClient, Recorder]]
+) -> None:
+    first, first_log = processors("p-1")
+    wait_for(lambda: len(zk_store.read_processor_locality()) == 1)
+    epoch = zk_store.acquire_epoch()
+    v1 = model(1, {"p-1": [0, 1]})
+    publish_and_complete(zk_store, epoch, v1, None)
+    wait_for(lambda: first.running_version == 1)
+    v2 = model(2, {"p-1": [0, 1, 2]})
+    # Planned against a version this processor does not run (say, a newer leader's view).
+    zk_store.publish_job_model(v2, epoch=epoch, participants=["p-1"], previous=model(0, {}))
+    assert zk_store.read_manifest(2).base == 0
+    wait_for(lambda: zk_store.barrier_participants(2) == {"p-1"})
+    zk_store.set_barrier_state(2, "DONE", epoch=epoch)
+    wait_for(lambda: first.running_version == 2)
+
+    assert first_log.order(2) == ["read", "join", "start"]
