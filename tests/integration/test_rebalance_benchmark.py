@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from benchdoc import run_quick, tables
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def tables(markdown: str) -> list[list[dict[str, str]]]:
-    """Every Markdown table of ``markdown``, as rows of {column: cell}."""
-    found: list[list[dict[str, str]]] = []
-    lines: list[str] = []
-    for line in [*markdown.splitlines(), ""]:
-        if line.startswith("|"):
-            lines.append(line)
-            continue
-        if lines:
-            cells = [[c.strip() for c in row.strip("|").split("|")] for row in lines]
-            header, rows = cells[0], cells[2:]  # cells[1] is the |---| line
-            found.append([dict(zip(header, row, strict=True)) for row in rows])
-            lines = []
-    return found
 
 
 def milliseconds(cell: str) -> int:
@@ -34,21 +15,7 @@ def milliseconds(cell: str) -> int:
 
 
 def test_quick_rebalance_benchmark_writes_its_section(tmp_path: Path) -> None:
-    doc = tmp_path / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\nanother section that must survive\n")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "rebalance.py"), "--quick", "--doc", str(doc)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = doc.read_text()
-    assert "another section that must survive" in text
-    assert "<!-- BEGIN rebalance -->" in text and "<!-- END rebalance -->" in text
-    section = text.split("<!-- BEGIN rebalance -->", 1)[1].split("<!-- END rebalance -->", 1)[0]
+    section = run_quick("rebalance", "rebalance", tmp_path)
     (measured,) = tables(section)
     assert [row["P"] for row in measured] == ["5", "10"]
     for row in measured:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from benchdoc import run_quick
 
 from groupers.scenarios import SCENARIO_KINDS
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "groupers.py"
 GROUPERS = ["host-affinity", "kafka sticky", "hash ring", "round-robin"]
 
 
@@ -22,21 +20,7 @@ def _table_rows(markdown: str) -> list[list[str]]:
 
 
 def test_quick_benchmark_writes_every_scenario_row(tmp_path: Path) -> None:
-    doc = tmp_path / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\nsomething else that must survive\n")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--doc", str(doc)],
-        cwd=tmp_path,  # not the repo: the script must find its own imports
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = doc.read_text()
-    assert "something else that must survive" in text
-    assert "<!-- BEGIN groupers -->" in text and "<!-- END groupers -->" in text
-    section = text.split("<!-- BEGIN groupers -->", 1)[1].split("<!-- END groupers -->", 1)[0]
+    section = run_quick("groupers", "groupers", tmp_path)
     rows = _table_rows(section)
     seen = {(r[0], r[1], r[4]) for r in rows}
     for kind in SCENARIO_KINDS:
