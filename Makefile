@@ -39,10 +39,11 @@ helm: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check $(PKGS) tests benchmarks
+	$(VENV)/bin/ruff format --check $(PKGS) tests benchmarks examples
 
 typecheck: venv
 	$(VENV)/bin/mypy $(PKGS)
+	MYPYPATH=examples/pipeline:examples/grouper_plugin $(VENV)/bin/mypy -p affinity_pipeline -p affinity_example_grouper
 
 bench: venv zookeeper
 	$(PY) benchmarks/groupers.py
