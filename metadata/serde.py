@@ -217,8 +217,8 @@ def _container_from_dict(pid: str, value: Any, path: str) -> ContainerModel:
         raise JobModelFormatError(path, str(exc)) from None
 
 
-def job_model_from_dict(value: Any) -> JobModelDocument:
-    """Decode a format-1 document (already parsed from JSON)."""
+def _envelope(value: Any) -> tuple[Mapping[str, Any], int]:
+    """The document as an object, and its version, once its format is checked."""
     obj = _obj(value, "")
     fmt = _int(_get(obj, "format", ""), "format")
     if fmt != FORMAT:
@@ -228,6 +228,12 @@ def job_model_from_dict(value: Any) -> JobModelDocument:
     version = _int(_get(obj, "version", ""), "version")
     if version < 0:
         raise JobModelFormatError("version", f"must be >= 0, got {version}")
+    return obj, version
+
+
+def job_model_from_dict(value: Any) -> JobModelDocument:
+    """Decode a format-1 document (already parsed from JSON)."""
+    obj, version = _envelope(value)
     run_id = _str(_get(obj, "run_id", "", default=""), "run_id")
     grouper = _str(_get(obj, "grouper", "", default=""), "grouper")
     raw_config = _obj(_get(obj, "config", "", default={}), "config")
@@ -265,13 +271,7 @@ def load_container(data: bytes | str, processor_id: str) -> tuple[int, Container
         value = orjson.loads(data)
     except (ValueError, RecursionError) as exc:
         raise JobModelFormatError("<document>", f"not valid JSON: {exc}") from None
-    obj = _obj(value, "")
-    fmt = _int(_get(obj, "format", ""), "format")
-    if fmt != FORMAT:
-        raise JobModelFormatError(
-            "format", f"unsupported format {fmt} (this reader knows {FORMAT})"
-        )
-    version = _int(_get(obj, "version", ""), "version")
+    obj, version = _envelope(value)
     raw_containers = _obj(_get(obj, "containers", ""), "containers")
     raw = raw_containers.get(processor_id)
     if raw is None:

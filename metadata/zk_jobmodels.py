@@ -368,14 +368,7 @@ class JobModelStore:
     def read_document(self, version: int) -> JobModelDocument:
         """Job model ``version`` with its run id and grouper; NotFound if it is not committed."""
         path = self._layout.job_model(version)
-        found = self._ops.get(path, f"read job model {version}")
-        if found is None:
-            raise NotFound(path, f"job model version {version} does not exist")
-        if not found[0]:
-            raise NotFound(path, f"job model version {version} is not committed")
-        manifest = Manifest.from_bytes(found[0], path)
-        if manifest.version != version:
-            raise CorruptDataError(path, f"manifest describes version {manifest.version}")
+        manifest = self.read_manifest(version)
         paths = {ref.name: f"{path}/{ref.name}" for ref in manifest.chunks}
         chunks = self._ops.get_many(paths.values(), f"read job model {version}", path, large=True)
         data: dict[str, bytes | None] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -107,15 +108,7 @@ def test_bad_manifests(data: bytes, problem: str) -> None:
 def test_manifest_with_views_round_trips(views: list[bytes]) -> None:
     manifest, _ = split(b"payload")
     refs = [compress_view(raw, epoch=2, index=10 + i) for i, raw in enumerate(views)]
-    with_views = Manifest(
-        version=manifest.version,
-        epoch=manifest.epoch,
-        raw_size=manifest.raw_size,
-        size=manifest.size,
-        sha256=manifest.sha256,
-        chunks=manifest.chunks,
-        views=tuple(ref for ref, _ in refs),
-    )
+    with_views = replace(manifest, views=tuple(ref for ref, _ in refs))
     decoded = Manifest.from_bytes(with_views.to_bytes(), PATH)
     assert decoded == with_views
     assert ("views" in json.loads(with_views.to_bytes())) == bool(views)
@@ -221,16 +214,7 @@ def test_multiread_framing() -> None:
 
 def test_manifest_base_and_losing_round_trip_and_promise() -> None:
     manifest, _ = split(b"payload")
-    planned = Manifest(
-        version=manifest.version,
-        epoch=manifest.epoch,
-        raw_size=manifest.raw_size,
-        size=manifest.size,
-        sha256=manifest.sha256,
-        chunks=manifest.chunks,
-        base=2,
-        losing=("p-2",),
-    )
+    planned = replace(manifest, base=2, losing=("p-2",))
     decoded = Manifest.from_bytes(planned.to_bytes(), PATH)
     assert decoded == planned
     assert decoded.keeps_everything("p-1", 2)
