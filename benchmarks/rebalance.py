@@ -62,8 +62,8 @@ from zkserver import ZooKeeperServer  # noqa: E402
 
 from benchmarks._report import DOC, machine, median_time, table, write_section  # noqa: E402
 from coordinator.config import JobConfig, load_config  # noqa: E402
+from coordinator.leader.service import CoordinatorService  # noqa: E402
 from coordinator.processor import ProcessorClient  # noqa: E402
-from coordinator.service import CoordinatorService  # noqa: E402
 from metadata.model import TaskModel  # noqa: E402
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402
 

@@ -23,9 +23,9 @@ from typing import Any
 import structlog
 
 from coordinator.config import ConfigError, JobConfig, load_config
+from coordinator.leader.service import CoordinatorService
 from coordinator.observability import CoordinatorMetrics, HealthServer, configure_logging
 from coordinator.processor import ProcessorClient
-from coordinator.service import CoordinatorService
 from coordinator.zk_client import client_from_config, store_from_config
 from groupers import GrouperError
 from locality.providers import LocationError, get_location_provider

@@ -37,7 +37,7 @@ from typing import Any
 
 from coordinator.config import JobConfig, load_config
 from coordinator.embedded_zk import EmbeddedZooKeeper
-from coordinator.service import CoordinatorService
+from coordinator.leader.service import CoordinatorService
 from metadata.model import JobModel
 from metadata.zk import ZkMetadataStore, connect
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 
 __all__ = [
+    "BarrierState",
     "ContainerModel",
     "FrozenMap",
     "JobModel",
@@ -186,3 +188,12 @@ class StreamInput:
             raise ValueError("system and stream must not be empty")
         if self.partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+
+
+class BarrierState(StrEnum):
+    """The state of barrier v: NEW until the leader decides it DONE (every processor v names
+    joined) or TIMED_OUT. A ``StrEnum``: it is stored as its value and equals the plain string."""
+
+    NEW = "NEW"
+    DONE = "DONE"
+    TIMED_OUT = "TIMED_OUT"

@@ -69,8 +69,8 @@ from kazoo.exceptions import NoNodeError
 from zkserver import ZooKeeperServer
 
 from coordinator.config import load_config
+from coordinator.leader.service import CoordinatorService, job_tasks
 from coordinator.processor import ProcessorClient
-from coordinator.service import CoordinatorService, job_tasks
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import NotFound, StoreUnavailable, ZkMetadataStore, connect
 

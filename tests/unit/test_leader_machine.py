@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from coordinator.core import (
+from coordinator.protocol.leader import LeaderMachine
+from coordinator.protocol.leader_events import (
     Action,
     BarrierUpdated,
-    CoordinatorCore,
     CoordinatorSettings,
     GrouperFailed,
     GrouperFinished,
@@ -27,12 +27,20 @@ from coordinator.core import (
     MembershipChanged,
     PublishJobModel,
     RebalanceSkipped,
+    RemoveOldVersions,
     RunGrouper,
     ScheduleWakeup,
     TimePassed,
 )
 from groupers import HostAffinityGrouper, validate
-from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
+from metadata.model import (
+    BarrierState,
+    ContainerModel,
+    FrozenMap,
+    JobModel,
+    SystemStreamPartition,
+    TaskModel,
+)
 
 TASKS = tuple(
     TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
@@ -55,14 +63,14 @@ class Store:
         return self.models[-1] if self.models else None
 
     def in_force(self) -> JobModel | None:
-        done = [m for m in self.models if self.barrier.get(m.version) == "DONE"]
+        done = [m for m in self.models if self.barrier.get(m.version) == BarrierState.DONE]
         return done[-1] if done else None
 
 
 class CoordinatorMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.core = CoordinatorCore(TASKS, SETTINGS)
+        self.core = LeaderMachine(TASKS, SETTINGS)
         self.store = Store()
         self.now = 0.0
         self.live: dict[str, str] = {"p-0": "host-a", "p-1": "host-b"}
@@ -90,17 +98,28 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert self.core.leader
                 latest = self.store.latest()
                 assert latest is None or action.model.version > latest.version
-                assert all(state != "NEW" for state in self.store.barrier.values())
+                assert all(state != BarrierState.NEW for state in self.store.barrier.values())
                 # I1: every task exactly once, only to processors alive when generated.
                 assert self.answering is not None
                 validate(TASKS, self.answering.metadata, action.model.containers.values())
+                # The early-join rule's premise: whoever is not losing keeps every task.
+                before = self.in_force_before
+                assert action.base == (before.version if before else None)
+                for pid, container in (before.containers if before else {}).items():
+                    if pid not in action.losing:
+                        kept = action.model.containers[pid].tasks
+                        assert all(kept.get(n) == t for n, t in container.tasks.items())
                 self.store.models.append(action.model)
-                self.store.barrier[action.model.version] = "NEW"
+                self.store.barrier[action.model.version] = BarrierState.NEW
                 self.published_this_step.append(action)
             elif isinstance(action, MarkBarrier):
                 assert self.core.leader
-                assert self.store.barrier.get(action.version) == "NEW"
+                assert self.store.barrier.get(action.version) == BarrierState.NEW
                 self.store.barrier[action.version] = action.state
+            elif isinstance(action, RemoveOldVersions):
+                # Retention never removes the model in force.
+                in_force = self.core.in_force
+                assert in_force is None or action.below <= in_force.version
             elif isinstance(action, GrouperFailed):
                 self.failed_this_step = True
             else:
@@ -214,12 +233,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def done_only_when_everyone_joined(self) -> None:
         in_force = self.core.in_force
         if in_force is not None and self.core.leader:
-            assert self.store.barrier.get(in_force.version) == "DONE"
+            assert self.store.barrier.get(in_force.version) == BarrierState.DONE
 
     @invariant()
     def at_most_one_barrier_pending(self) -> None:
         assert (
-            sum(1 for state in self.store.barrier.values() if state == "NEW") <= 1
+            sum(1 for state in self.store.barrier.values() if state == BarrierState.NEW) <= 1
             or not self.core.leader
         )
 
@@ -241,7 +260,7 @@ TestCoordinatorStateMachine = CoordinatorMachine.TestCase
 # ------------------------------------------------------------------- plain scenario tests
 
 
-class Leader(CoordinatorCore):
+class Leader(LeaderMachine):
     """A core that remembers the last grouper request it made (gaining leadership may make one)."""
 
     last_request: RunGrouper | None = None
@@ -286,7 +305,7 @@ def test_barrier_done_only_when_every_expected_processor_joined() -> None:
     actions = core.handle(BarrierUpdated(1.0, version, frozenset({"p-0"})))
     assert not any(isinstance(a, MarkBarrier) for a in actions)
     actions = core.handle(BarrierUpdated(1.5, version, frozenset({"p-0", "p-1"})))
-    assert MarkBarrier(version, "DONE", 1.5) in actions
+    assert MarkBarrier(version, BarrierState.DONE, 1.5) in actions
     assert core.in_force == published.model
 
 
@@ -311,7 +330,7 @@ def test_timeout_marks_timed_out_and_regenerates_from_the_living() -> None:
     published = run_to_publish(core, 0.0)
     core.handle(BarrierUpdated(1.0, published.model.version, frozenset({"p-0"})))
     actions = core.handle(TimePassed(10.0))
-    assert MarkBarrier(published.model.version, "TIMED_OUT", 10.0) in actions
+    assert MarkBarrier(published.model.version, BarrierState.TIMED_OUT, 10.0) in actions
     assert any(isinstance(a, RunGrouper) for a in actions)
 
 
@@ -319,7 +338,7 @@ def test_a_vanished_participant_times_the_barrier_out_at_once() -> None:
     core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=30.0)
     published = run_to_publish(core, 0.0)
     actions = core.handle(MembershipChanged(1.0, {"p-0": "h"}))
-    assert MarkBarrier(published.model.version, "TIMED_OUT", 1.0) in actions
+    assert MarkBarrier(published.model.version, BarrierState.TIMED_OUT, 1.0) in actions
     request = next(a for a in actions if isinstance(a, RunGrouper))
     assert set(request.metadata.processor_locality) == {"p-0"}
 
@@ -362,12 +381,12 @@ def test_new_leader_continues_the_version_sequence_and_finishes_a_pending_barrie
             {"p-0": "h"},
             {},
             latest=old,
-            latest_barrier="NEW",
+            latest_barrier=BarrierState.NEW,
             latest_participants=frozenset({"p-0"}),
             in_force=None,
         )
     )
-    assert MarkBarrier(7, "DONE", 0.0) in actions
+    assert MarkBarrier(7, BarrierState.DONE, 0.0) in actions
     assert core.in_force == old
     core.handle(MembershipChanged(1.0, {"p-0": "h", "p-1": "h"}))
     assert run_to_publish(core, 2.0).model.version == 8

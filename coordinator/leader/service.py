@@ -1,4 +1,5 @@
-"""One coordinator replica: the kazoo adapter that drives :class:`coordinator.core.CoordinatorCore`.
+"""One coordinator replica: the kazoo adapter that drives the leader machine
+(:class:`coordinator.protocol.leader.LeaderMachine`).
 
 The replica runs kazoo's Election recipe. While it leads it
 
@@ -31,10 +32,11 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
 from coordinator.config import JobConfig
-from coordinator.core import (
+from coordinator.observability import CoordinatorMetrics, Heartbeat
+from coordinator.protocol.leader import LeaderMachine
+from coordinator.protocol.leader_events import (
     Action,
     BarrierUpdated,
-    CoordinatorCore,
     CoordinatorSettings,
     Event,
     GrouperFailed,
@@ -46,14 +48,15 @@ from coordinator.core import (
     ModelInForce,
     PublishJobModel,
     RebalanceSkipped,
+    RemoveOldVersions,
     RunGrouper,
     ScheduleWakeup,
     TimePassed,
 )
-from coordinator.observability import CoordinatorMetrics, Heartbeat
+from coordinator.protocol.rules import IN_FORCE_SCAN, model_in_force
 from groupers import TaskNameGrouper, get_grouper, get_ssp_grouper
 from metadata.errors import MetadataError
-from metadata.model import JobModel, TaskModel
+from metadata.model import BarrierState, JobModel, TaskModel
 from metadata.zk import FencedOut, ZkMetadataStore
 
 __all__ = ["CoordinatorService", "job_tasks", "settings_from_config"]
@@ -72,6 +75,7 @@ def settings_from_config(config: JobConfig) -> CoordinatorSettings:
         debounce_max_s=c.debounce_max_ms / 1000,
         barrier_timeout_s=c.barrier_timeout_ms / 1000,
         processor_grace_s=c.processor_grace_ms / 1000,
+        retention=c.retention,
     )
 
 
@@ -83,6 +87,11 @@ class _ProcessorsChanged:
 @dataclass(frozen=True)
 class _SessionLost:
     reason: str
+
+
+def _barrier_state(stored: str | None) -> BarrierState | None:
+    """A stored barrier state; None when missing or not one the protocol knows."""
+    return BarrierState(stored) if stored in set(BarrierState) else None
 
 
 class StepDown(Exception):
@@ -182,7 +191,7 @@ class CoordinatorService:
     def _lead(self) -> None:
         if self._stop.is_set():
             return
-        core = CoordinatorCore(
+        core = LeaderMachine(
             self.tasks,
             settings_from_config(self.config),
             config={
@@ -207,7 +216,7 @@ class CoordinatorService:
             self._watches.append(
                 self.store.watch_processors(lambda _: self._events.put(_ProcessorsChanged()))
             )
-            if gained.latest is not None and gained.latest_barrier == "NEW":
+            if gained.latest is not None and gained.latest_barrier == BarrierState.NEW:
                 # A rebalance the previous leader left in flight: the core sees it through, so
                 # it must hear of the processors that join from now on (not only at the deadline).
                 self._watch_barrier(gained.latest.version)
@@ -242,38 +251,38 @@ class CoordinatorService:
             self.metrics.is_leader.set(0)
 
     def _read_state(self, now: float) -> LeadershipGained:
+        """What ZooKeeper holds, for the machine: processors, locality, the latest model and its
+        barrier, and the model in force (:func:`~coordinator.protocol.rules.model_in_force`)."""
         store = self.store
         processors = store.read_processor_locality()
         locality = store.read_task_locality()
         latest_version = store.read_latest_version()
-        latest: JobModel | None = None
-        latest_state: str | None = None
-        participants: frozenset[str] = frozenset()
-        in_force: JobModel | None = None
-        if latest_version is not None:
-            latest = store.read_job_model(latest_version)
-            latest_state = store.barrier_state(latest_version)
-            participants = frozenset(store.barrier_participants(latest_version))
-            for version in range(latest_version, max(0, latest_version - 50), -1):
-                if store.barrier_state(version) == "DONE":
-                    in_force = (
-                        latest if version == latest_version else store.read_job_model(version)
-                    )
-                    break
-        state = latest_state if latest_state in ("NEW", "DONE", "TIMED_OUT") else None
+        if latest_version is None:
+            return LeadershipGained(now, processors, locality)
+        latest = store.read_job_model(latest_version)
+        scanned = range(latest_version, max(0, latest_version - IN_FORCE_SCAN), -1)
+        states = {version: _barrier_state(store.barrier_state(version)) for version in scanned}
+        in_force_version = model_in_force(states)
+        in_force = None
+        if in_force_version is not None:
+            in_force = (
+                latest
+                if in_force_version == latest_version
+                else store.read_job_model(in_force_version)
+            )
         return LeadershipGained(
             now,
             processors,
             locality,
             latest=latest,
-            latest_barrier=state,  # type: ignore[arg-type]
-            latest_participants=participants,
+            latest_barrier=states[latest_version],
+            latest_participants=frozenset(store.barrier_participants(latest_version)),
             in_force=in_force,
         )
 
     # -------------------------------------------------------------------- actions
 
-    def _execute(self, core: CoordinatorCore, actions: list[Action], log: Any) -> float | None:
+    def _execute(self, core: LeaderMachine, actions: list[Action], log: Any) -> float | None:
         """Carry out the core's actions; returns the earliest wake-up asked for."""
         wakeup: float | None = None
         pending = list(actions)
@@ -287,8 +296,7 @@ class CoordinatorService:
                 self._publish(action, core.in_force, log)
             elif isinstance(action, MarkBarrier):
                 self.store.set_barrier_state(action.version, action.state, epoch=self._epoch)
-                self._apply_retention(log)
-                outcome = "done" if action.state == "DONE" else "timed_out"
+                outcome = "done" if action.state == BarrierState.DONE else "timed_out"
                 self.metrics.barrier_outcomes.labels(outcome=outcome).inc()
                 self.metrics.rebalance_duration.observe(action.duration_s)
                 log.info(
@@ -297,6 +305,8 @@ class CoordinatorService:
                     state=action.state,
                     seconds=round(action.duration_s, 3),
                 )
+            elif isinstance(action, RemoveOldVersions):
+                self._apply_retention(action, log)
             elif isinstance(action, ModelInForce):
                 self.metrics.job_model_version.set(action.model.version)
             elif isinstance(action, GrouperFailed):
@@ -343,7 +353,7 @@ class CoordinatorService:
             epoch=self._epoch,
             participants=action.participants,
             grouper=self.grouper_name,
-            retention=False,  # after the barrier is decided: see _apply_retention
+            retention=False,  # the machine asks for it once the barrier is decided
             previous=in_force,  # who loses a task: the others may join at once
         )
         self._watch_barrier(version)
@@ -360,11 +370,10 @@ class CoordinatorService:
             with_locality=action.with_locality,
         )
 
-    def _apply_retention(self, log: Any) -> None:
-        """Remove job models and barriers beyond the retention, once a barrier is decided (not
-        right after a publish, where the deletes would compete with the processors reading the
-        new version). Best effort: a failure is logged and retried after the next decision;
-        losing the leadership meanwhile steps down as any other fenced write does."""
+    def _apply_retention(self, action: RemoveOldVersions, log: Any) -> None:
+        """Remove job models and barriers below the machine's floor. Best effort: a failure is
+        logged and retried after the next decision; losing the leadership meanwhile steps down
+        as any other fenced write does."""
         try:
             self.store.remove_old_versions(epoch=self._epoch)
         except FencedOut:

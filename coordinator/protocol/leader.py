@@ -4,7 +4,7 @@ Theory of operation
 ===================
 
 Like h11, this module never touches the network, a clock or a thread: the caller (the kazoo
-adapter in ``coordinator/service.py``, or a test) feeds it **events** and carries out the
+adapter in :mod:`coordinator.leader.service`, or a test) feeds it **events** and carries out the
 **actions** it returns. Every rule below is therefore testable without ZooKeeper, and a
 hypothesis state-machine test drives it with random event sequences.
 
@@ -34,13 +34,22 @@ Rebalance, step by step:
    next membership change tries again. An answer equal to the model in force is a no-op: nothing
    is published (:class:`RebalanceSkipped`, SAMZA-2638). Otherwise :class:`PublishJobModel`
    publishes version ``latest + 1`` with barrier ``latest + 1`` expecting every processor it
-   names (I1, I2), and the barrier deadline is scheduled.
+   names (I1, I2), and the barrier deadline is scheduled. The action names the version in force
+   it was planned against (``base``) and the processors that lose a task against it
+   (:func:`~coordinator.protocol.rules.losing_processors`): the others join at once.
 5. :class:`BarrierUpdated` reports who joined. When every expected processor has joined, the
    coordinator emits :class:`MarkBarrier` DONE and the new model is in force. At the deadline it
    emits :class:`MarkBarrier` TIMED_OUT, and generates again at once from the processors still
    alive (the processors wait for that next version rather than staying stopped, SAMZA-2663).
    It does not wait for the deadline when a processor the barrier expects has vanished before
    joining: that barrier can never complete, so it times out at once.
+6. Once a barrier is decided, :class:`RemoveOldVersions` applies retention: the newest
+   ``retention`` versions stay, and the model in force always does
+   (:func:`~coordinator.protocol.rules.retention_floor`).
+
+States. The machine's fields (leader, dirty, running, pending) give one :class:`LeaderState` at a
+time; ``TRANSITIONS`` lists, for each state and event, the states it may move to, and every
+``handle`` checks its own move against it (so does the stateful test).
 
 Times are seconds (floats) from any monotonic clock; the caller passes ``now`` with each event.
 """
@@ -49,162 +58,64 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
 
+from coordinator.protocol.leader_events import (
+    Action,
+    BarrierUpdated,
+    CoordinatorSettings,
+    Event,
+    GrouperFailed,
+    GrouperFinished,
+    LeadershipGained,
+    LeadershipLost,
+    LocalityChanged,
+    MarkBarrier,
+    MembershipChanged,
+    ModelInForce,
+    PublishJobModel,
+    RebalanceSkipped,
+    RemoveOldVersions,
+    RunGrouper,
+    ScheduleWakeup,
+    TimePassed,
+)
+from coordinator.protocol.rules import losing_processors, retention_floor
 from groupers import GrouperMetadata, InvalidAssignment, validate
-from metadata.model import ContainerModel, FrozenMap, JobModel, TaskModel
+from metadata.model import BarrierState, ContainerModel, FrozenMap, JobModel, TaskModel
 
-__all__ = [
-    "Action",
-    "BarrierUpdated",
-    "CoordinatorCore",
-    "CoordinatorSettings",
-    "Event",
-    "GrouperFailed",
-    "GrouperFinished",
-    "LeadershipGained",
-    "LeadershipLost",
-    "MarkBarrier",
-    "MembershipChanged",
-    "ModelInForce",
-    "PublishJobModel",
-    "RebalanceSkipped",
-    "RunGrouper",
-    "ScheduleWakeup",
-    "TimePassed",
-]
-
-BarrierState = Literal["NEW", "DONE", "TIMED_OUT"]
+__all__ = ["TRANSITIONS", "LeaderMachine", "LeaderState"]
 
 
-@dataclass(frozen=True)
-class CoordinatorSettings:
-    debounce_s: float = 2.0
-    debounce_max_s: float = 10.0
-    barrier_timeout_s: float = 30.0
-    processor_grace_s: float = 0.0
+class LeaderState(StrEnum):
+    FOLLOWER = "FOLLOWER"  # not leading: decides nothing
+    IDLE = "IDLE"  # leading; the model in force matches the live processors
+    DEBOUNCING = "DEBOUNCING"  # membership changed: waiting for quiet, the cap or a grace period
+    GROUPING = "GROUPING"  # the grouper runs
+    BARRIER = "BARRIER"  # a new version is published; waiting for its barrier
 
 
-# ------------------------------------------------------------------------------------ events
+L = LeaderState
+_LEADING = (L.IDLE, L.DEBOUNCING, L.GROUPING, L.BARRIER)
+_AFTER_TICK = frozenset({L.IDLE, L.DEBOUNCING, L.GROUPING})
 
-
-@dataclass(frozen=True)
-class LeadershipGained:
-    """This replica leads. ``latest`` is the newest published model (any barrier state),
-    ``latest_barrier`` its barrier state, ``in_force`` the newest model whose barrier is DONE."""
-
-    now: float
-    processors: Mapping[str, str]
-    task_locality: Mapping[str, str]
-    latest: JobModel | None = None
-    latest_barrier: BarrierState | None = None
-    latest_participants: frozenset[str] = frozenset()
-    in_force: JobModel | None = None
-
-
-@dataclass(frozen=True)
-class LeadershipLost:
-    now: float
-
-
-@dataclass(frozen=True)
-class MembershipChanged:
-    now: float
-    processors: Mapping[str, str]  # live processor id -> location id
-
-
-@dataclass(frozen=True)
-class BarrierUpdated:
-    now: float
-    version: int
-    participants: frozenset[str]
-
-
-@dataclass(frozen=True)
-class LocalityChanged:
-    now: float
-    task_locality: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class TimePassed:
-    now: float
-
-
-@dataclass(frozen=True)
-class GrouperFinished:
-    now: float
-    request: int
-    containers: object = None  # the grouper's answer (checked here), or None with ``error``
-    error: str | None = None
-
-
-Event = (
-    LeadershipGained
-    | LeadershipLost
-    | MembershipChanged
-    | BarrierUpdated
-    | LocalityChanged
-    | TimePassed
-    | GrouperFinished
-)
-
-# ----------------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True)
-class RunGrouper:
-    request: int
-    tasks: tuple[TaskModel, ...]
-    metadata: GrouperMetadata
-
-
-@dataclass(frozen=True)
-class PublishJobModel:
-    model: JobModel
-    participants: frozenset[str]
-    moved: int  # tasks that changed processor against the model in force
-    locality_kept: int  # tasks placed at the location they last ran at
-    with_locality: int  # tasks that had a recorded location
-
-
-@dataclass(frozen=True)
-class MarkBarrier:
-    version: int
-    state: BarrierState
-    duration_s: float  # from publish to this outcome
-
-
-@dataclass(frozen=True)
-class ModelInForce:
-    model: JobModel
-
-
-@dataclass(frozen=True)
-class ScheduleWakeup:
-    at: float
-
-
-@dataclass(frozen=True)
-class GrouperFailed:
-    request: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class RebalanceSkipped:
-    reason: str
-
-
-Action = (
-    RunGrouper
-    | PublishJobModel
-    | MarkBarrier
-    | ModelInForce
-    | ScheduleWakeup
-    | GrouperFailed
-    | RebalanceSkipped
-)
+#: (state, event type) -> the states the event may lead to. Events a follower gets are ignored.
+TRANSITIONS: dict[tuple[LeaderState, type[Event]], frozenset[LeaderState]] = {
+    **{(s, LeadershipGained): frozenset(_LEADING) for s in (L.FOLLOWER, *_LEADING)},
+    **{(s, LeadershipLost): frozenset({L.FOLLOWER}) for s in (L.FOLLOWER, *_LEADING)},
+    **{(s, LocalityChanged): frozenset({s}) for s in _LEADING},
+    **{
+        (s, e): _AFTER_TICK for s in (L.IDLE, L.DEBOUNCING) for e in (MembershipChanged, TimePassed)
+    },
+    **{(L.GROUPING, e): frozenset({L.GROUPING}) for e in (MembershipChanged, TimePassed)},
+    (L.GROUPING, GrouperFinished): frozenset({*_AFTER_TICK, L.BARRIER}),
+    **{(s, BarrierUpdated): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
+    **{(s, GrouperFinished): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.BARRIER)},
+    **{
+        (L.BARRIER, e): frozenset({*_AFTER_TICK, L.BARRIER})
+        for e in (MembershipChanged, TimePassed, BarrierUpdated)
+    },
+}
 
 
 @dataclass
@@ -223,7 +134,7 @@ class _Vanished:
 
 
 @dataclass
-class CoordinatorCore:
+class LeaderMachine:
     """The leader's state machine: ``handle(event) -> list[Action]`` (see the module docstring)."""
 
     tasks: tuple[TaskModel, ...]
@@ -245,7 +156,25 @@ class CoordinatorCore:
 
     # ------------------------------------------------------------------------ entry point
 
+    @property
+    def state(self) -> LeaderState:
+        if not self.leader:
+            return L.FOLLOWER
+        if self.pending is not None:
+            return L.BARRIER
+        if self.running is not None:
+            return L.GROUPING
+        return L.IDLE if self.dirty_since is None else L.DEBOUNCING
+
     def handle(self, event: Event) -> list[Action]:
+        before = self.state
+        actions = self._dispatch(event)
+        allowed = TRANSITIONS.get((before, type(event)), frozenset({before}))
+        if self.state not in allowed:
+            raise AssertionError(f"{before} --{type(event).__name__}--> {self.state}")
+        return actions
+
+    def _dispatch(self, event: Event) -> list[Action]:
         if isinstance(event, LeadershipGained):
             return self._gain(event)
         if isinstance(event, LeadershipLost):
@@ -290,7 +219,7 @@ class CoordinatorCore:
         latest = event.latest
         if (
             latest is not None
-            and event.latest_barrier == "NEW"
+            and event.latest_barrier == BarrierState.NEW
             and (self.in_force is None or latest.version > self.in_force.version)
         ):
             # A rebalance was in flight when the previous leader went: see it through.
@@ -346,7 +275,10 @@ class CoordinatorCore:
                         self.task_locality[name] = container.location_id
             self._note_vanished(event.now)
             return [
-                MarkBarrier(pending.model.version, "DONE", event.now - pending.published_at),
+                MarkBarrier(
+                    pending.model.version, BarrierState.DONE, event.now - pending.published_at
+                ),
+                self._retention(),
                 ModelInForce(pending.model),
             ]
         return []
@@ -381,10 +313,13 @@ class CoordinatorCore:
         previous = metadata.previous_task_to_processor
         owner = candidate.task_to_processor()
         recorded = self.task_locality
+        in_force = self.in_force
         return [
             PublishJobModel(
                 candidate,
                 frozenset(containers),
+                base=in_force.version if in_force else None,
+                losing=losing_processors(in_force, candidate) if in_force else frozenset(),
                 moved=sum(1 for t, pid in owner.items() if previous.get(t) != pid),
                 locality_kept=sum(
                     1 for t, pid in owner.items() if recorded.get(t) == self.processors.get(pid)
@@ -392,6 +327,12 @@ class CoordinatorCore:
                 with_locality=sum(1 for t in owner if t in recorded),
             )
         ]
+
+    def _retention(self) -> RemoveOldVersions:
+        in_force = self.in_force.version if self.in_force else None
+        return RemoveOldVersions(
+            retention_floor(self.latest_version, self.settings.retention, in_force)
+        )
 
     def _metadata(self) -> GrouperMetadata:
         previous = self.in_force.task_to_processor() if self.in_force else {}
@@ -438,9 +379,11 @@ class CoordinatorCore:
             # The deadline passed, or a processor the barrier waits for is gone (it cannot join):
             # time out now and generate again at once from the processors still alive.
             self.pending = None
-            actions.append(
-                MarkBarrier(pending.model.version, "TIMED_OUT", now - pending.published_at)
-            )
+            elapsed = now - pending.published_at
+            actions += [
+                MarkBarrier(pending.model.version, BarrierState.TIMED_OUT, elapsed),
+                self._retention(),
+            ]
             settle = max(self.settings.debounce_s, self.settings.debounce_max_s)
             self.dirty_since = self.last_change = now - settle
         if self.pending is not None:

@@ -1,0 +1,263 @@
+"""The member's (processor's) side of the barrier protocol, as a state machine with no I/O.
+
+Theory of operation
+===================
+
+One :class:`MemberMachine` is one processor of a job. Like h11's ``_state.py`` (and the leader's
+machine in :mod:`coordinator.protocol.leader`), it never touches ZooKeeper, a clock or a thread:
+an adapter (:mod:`coordinator.member.group`, for one processor or for the many executors of a
+Spark driver) feeds it **events** and carries out the **actions** it returns. The rules of
+DESIGN.md "Data flow" and invariants I3 and I4 all live here:
+
+1. **Register.** On :class:`Connected` an unregistered member asks to :class:`Register` (an
+   ephemeral node under ``processors/``); :class:`Registered` makes it follow the job models
+   (:class:`WatchVersions`).
+2. **Follow a new version.** :class:`VersionAnnounced` ``v`` newer than any seen: read the
+   manifest of ``v`` (:class:`ReadManifest`). A version not newer is ignored.
+3. **Early join.** When the manifest says the member keeps every task it runs (the rule
+   :func:`~coordinator.protocol.rules.keeps_everything`: the model was planned against the
+   version the member runs and the member is not among the processors that lose a task), there
+   is nothing to stop: it joins barrier ``v`` first (:class:`JoinBarrier`) and reads its
+   container while the others join.
+4. **Stop what you lose, then join.** With its container read (:class:`ContainerRead`), the
+   member stops every running task that ``v`` takes from it or changes (:class:`StopTasks`), then
+   joins barrier ``v`` (unless it did so early) and waits for its decision
+   (:class:`WatchBarrier`). A member that ``v`` does not name joins nothing.
+5. **Start on DONE.** When barrier ``v`` is DONE the member starts the tasks new to it
+   (:class:`StartTasks`) and writes their locality (:class:`WriteLocality`, I4). TIMED_OUT starts
+   nothing: the leader generates the next version at once.
+6. **Retry a failed step.** A store error while following (:class:`StoreFailed`) forgets what was
+   seen and asks for a resync after a pause (:class:`ScheduleResync`); :class:`ResyncDue` reads
+   the latest version again (:class:`FetchLatestVersion`), even the one that just failed.
+7. **Session loss stops everything.** :class:`SessionLost` means the registration and the
+   barrier membership are gone and the leader may give the tasks to others: every running task is
+   stopped at once and the member registers again on the next :class:`Connected`.
+8. **Shut down.** :class:`Shutdown` stops every task and unregisters; the machine is then CLOSED.
+
+Hence tasks run only under a DONE version, the running set changes only when a barrier is DONE
+(a member never runs two versions at once, I3), and locality is written after DONE by the owner
+(I4). ``TRANSITIONS`` below is the whole table of states; an event a state does not list is
+ignored (a late answer to a read that a newer version superseded, a barrier the member left).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coordinator.protocol.member_events import (
+    BarrierDecided,
+    Connected,
+    ContainerRead,
+    FetchLatestVersion,
+    JoinBarrier,
+    ManifestMissing,
+    ManifestRead,
+    MemberAction,
+    MemberEvent,
+    MemberState,
+    ReadContainer,
+    ReadManifest,
+    Register,
+    Registered,
+    ResyncDue,
+    ScheduleResync,
+    SessionLost,
+    Shutdown,
+    StartTasks,
+    StopTasks,
+    StoreFailed,
+    Unregister,
+    VersionAnnounced,
+    WatchBarrier,
+    WatchVersions,
+    WriteLocality,
+)
+from coordinator.protocol.rules import keeps_everything, tasks_changed
+from metadata.model import BarrierState, TaskModel
+
+__all__ = ["RESYNC_DELAY_S", "TRANSITIONS", "MemberMachine"]
+
+#: How long a member waits before it resyncs after a store error (seconds).
+RESYNC_DELAY_S = 1.0
+
+# ------------------------------------------------------------------------------------ table
+
+S = MemberState
+_ANY_LIVE = (S.REGISTERING, S.FOLLOWING, S.READING, S.JOINED)
+_FOLLOWS = (S.FOLLOWING, S.READING, S.JOINED)
+
+#: (state, event type) -> the states the handler may move to. An event a state does not list
+#: is ignored. The stateful test checks every transition it sees against this table.
+TRANSITIONS: dict[tuple[MemberState, type[MemberEvent]], frozenset[MemberState]] = {
+    (S.UNREGISTERED, Connected): frozenset({S.REGISTERING}),
+    (S.REGISTERING, Registered): frozenset({S.FOLLOWING}),
+    **{(s, VersionAnnounced): frozenset({s, S.READING}) for s in _FOLLOWS},
+    (S.READING, ManifestRead): frozenset({S.READING}),
+    (S.READING, ManifestMissing): frozenset({S.FOLLOWING}),
+    (S.READING, ContainerRead): frozenset({S.FOLLOWING, S.JOINED}),
+    (S.JOINED, BarrierDecided): frozenset({S.JOINED, S.FOLLOWING}),
+    (S.REGISTERING, StoreFailed): frozenset({S.UNREGISTERED}),
+    **{(s, StoreFailed): frozenset({S.FOLLOWING}) for s in _FOLLOWS},
+    (S.UNREGISTERED, ResyncDue): frozenset({S.REGISTERING}),
+    **{(s, ResyncDue): frozenset({s}) for s in _FOLLOWS},
+    **{(s, SessionLost): frozenset({S.UNREGISTERED}) for s in (S.UNREGISTERED, *_ANY_LIVE)},
+    **{(s, Shutdown): frozenset({S.CLOSED}) for s in (S.UNREGISTERED, *_ANY_LIVE)},
+}
+
+
+# ---------------------------------------------------------------------------------- machine
+
+
+@dataclass
+class MemberMachine:
+    """One processor's member role: ``handle(event) -> list[MemberAction]`` (module docstring)."""
+
+    processor_id: str
+    state: MemberState = MemberState.UNREGISTERED
+    running: dict[str, TaskModel] = field(default_factory=dict)
+    running_version: int | None = None
+    seen_version: int = -1  # the newest version followed (or -1: follow whatever is latest)
+    reading: int | None = None  # the version being read (READING)
+    joined_early: bool = False
+    target: dict[str, TaskModel] = field(default_factory=dict)  # v's tasks (JOINED)
+    target_version: int | None = None
+
+    def handle(self, event: MemberEvent) -> list[MemberAction]:
+        allowed = TRANSITIONS.get((self.state, type(event)))
+        if allowed is None:
+            return []  # not an event for this state (late or superseded): ignore it
+        before = self.state
+        actions: list[MemberAction] = getattr(self, _HANDLER_NAMES[type(event)])(event)
+        if self.state not in allowed:
+            raise AssertionError(f"{before} --{type(event).__name__}--> {self.state}")
+        return actions
+
+    # ------------------------------------------------------------------- registration
+
+    def _connected(self, _event: Connected) -> list[MemberAction]:
+        self.state = S.REGISTERING
+        return [Register()]
+
+    def _registered(self, _event: Registered) -> list[MemberAction]:
+        self.state = S.FOLLOWING
+        return [WatchVersions()]
+
+    def _session_lost(self, _event: SessionLost) -> list[MemberAction]:
+        actions = self._stop_all("session lost")
+        self._forget()
+        self.state = S.UNREGISTERED
+        return actions
+
+    def _shutdown(self, _event: Shutdown) -> list[MemberAction]:
+        actions = self._stop_all("shutdown")
+        registered = self.state is not S.UNREGISTERED
+        self._forget()
+        self.state = S.CLOSED
+        return [*actions, Unregister()] if registered else actions
+
+    # ------------------------------------------------------------------- following
+
+    def _version(self, event: VersionAnnounced) -> list[MemberAction]:
+        version = event.version
+        if version is None or version <= self.seen_version:
+            return []
+        self.seen_version = version
+        self.reading, self.joined_early = version, False
+        self.target, self.target_version = {}, None
+        self.state = S.READING
+        return [ReadManifest(version)]
+
+    def _manifest(self, event: ManifestRead) -> list[MemberAction]:
+        if event.version != self.reading:
+            return []
+        early = bool(self.running) and keeps_everything(
+            self.processor_id, self.running_version, event.base, event.losing
+        )
+        self.joined_early = early
+        join: list[MemberAction] = [JoinBarrier(event.version, early=True)] if early else []
+        return [*join, ReadContainer(event.version)]
+
+    def _manifest_missing(self, event: ManifestMissing) -> list[MemberAction]:
+        if event.version == self.reading:
+            self.reading = None
+            self.state = S.FOLLOWING  # superseded and removed: a newer announcement follows
+        return []
+
+    def _container(self, event: ContainerRead) -> list[MemberAction]:
+        if event.version != self.reading:
+            return []
+        version, early = event.version, self.joined_early
+        self.reading = None
+        mine = dict(event.tasks) if event.tasks is not None else {}
+        leaving = tasks_changed(self.running, mine)
+        actions: list[MemberAction] = []
+        if leaving:
+            actions.append(StopTasks(self.running_version, leaving, "moved"))
+            for name in leaving:
+                del self.running[name]
+        if event.tasks is None:
+            self.state = S.FOLLOWING
+            return actions
+        self.target, self.target_version = mine, version
+        if not early:
+            actions.append(JoinBarrier(version, early=False))
+        self.state = S.JOINED
+        return [*actions, WatchBarrier(version)]
+
+    def _barrier(self, event: BarrierDecided) -> list[MemberAction]:
+        if event.version != self.target_version or event.state not in (
+            BarrierState.DONE,
+            BarrierState.TIMED_OUT,
+        ):
+            return []
+        mine, version = self.target, event.version
+        self.target, self.target_version = {}, None
+        self.state = S.FOLLOWING
+        if event.state != BarrierState.DONE:
+            return []  # TIMED_OUT: start nothing, the leader generates again at once
+        arriving = tasks_changed(mine, self.running)  # in ``mine``, new or changed
+        self.running, self.running_version = dict(mine), version
+        return [StartTasks(version, arriving, dict(mine)), WriteLocality(version, tuple(mine))]
+
+    # ------------------------------------------------------------------- failures
+
+    def _store_failed(self, _event: StoreFailed) -> list[MemberAction]:
+        registering = self.state is S.REGISTERING
+        self._forget()  # follow the latest again, even the version that failed
+        self.state = S.UNREGISTERED if registering else S.FOLLOWING
+        return [ScheduleResync(RESYNC_DELAY_S)]
+
+    def _resync(self, _event: ResyncDue) -> list[MemberAction]:
+        if self.state is S.UNREGISTERED:
+            self.state = S.REGISTERING
+            return [Register()]
+        return [FetchLatestVersion()]
+
+    # ------------------------------------------------------------------- helpers
+
+    def _stop_all(self, reason: str) -> list[MemberAction]:
+        if not self.running:
+            return []
+        stopping = StopTasks(self.running_version, dict(self.running), reason)
+        self.running = {}
+        return [stopping]
+
+    def _forget(self) -> None:
+        self.seen_version = -1
+        self.reading, self.joined_early = None, False
+        self.target, self.target_version = {}, None
+
+
+_HANDLER_NAMES: dict[type[MemberEvent], str] = {
+    Connected: "_connected",
+    Registered: "_registered",
+    SessionLost: "_session_lost",
+    Shutdown: "_shutdown",
+    VersionAnnounced: "_version",
+    ManifestRead: "_manifest",
+    ManifestMissing: "_manifest_missing",
+    ContainerRead: "_container",
+    BarrierDecided: "_barrier",
+    StoreFailed: "_store_failed",
+    ResyncDue: "_resync",
+}

@@ -1,0 +1,211 @@
+"""The vocabulary of the member machine (:mod:`coordinator.protocol.member`): its states, the
+events an adapter feeds it and the actions it returns. Plain frozen data, no behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from metadata.model import BarrierState, TaskModel
+
+__all__ = [
+    "BarrierDecided",
+    "Connected",
+    "ContainerRead",
+    "FetchLatestVersion",
+    "JoinBarrier",
+    "ManifestMissing",
+    "ManifestRead",
+    "MemberAction",
+    "MemberEvent",
+    "MemberState",
+    "ReadContainer",
+    "ReadManifest",
+    "Register",
+    "Registered",
+    "ResyncDue",
+    "ScheduleResync",
+    "SessionLost",
+    "Shutdown",
+    "StartTasks",
+    "StopTasks",
+    "StoreFailed",
+    "Unregister",
+    "VersionAnnounced",
+    "WatchBarrier",
+    "WatchVersions",
+    "WriteLocality",
+]
+
+
+class MemberState(StrEnum):
+    UNREGISTERED = "UNREGISTERED"  # no live registration (start, or the session was lost)
+    REGISTERING = "REGISTERING"  # asked to register, waiting for the node
+    FOLLOWING = "FOLLOWING"  # registered; runs the tasks of the last DONE version it joined
+    READING = "READING"  # reading the manifest and the container of a newer version
+    JOINED = "JOINED"  # joined that version's barrier; waiting for DONE or TIMED_OUT
+    CLOSED = "CLOSED"  # shut down
+
+
+# ------------------------------------------------------------------------------------ events
+
+
+@dataclass(frozen=True)
+class Connected:
+    """The ZooKeeper session is up (first start, or a new session after a loss)."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    node: str
+
+
+@dataclass(frozen=True)
+class SessionLost:
+    pass
+
+
+@dataclass(frozen=True)
+class VersionAnnounced:
+    version: int | None  # None: no job model published yet
+
+
+@dataclass(frozen=True)
+class ManifestRead:
+    version: int
+    base: int | None  # the version the model was planned against (None: not said)
+    losing: frozenset[str]  # the processors that lose a task against ``base``
+
+
+@dataclass(frozen=True)
+class ManifestMissing:
+    """The version was superseded and removed before it could be read."""
+
+    version: int
+
+
+@dataclass(frozen=True)
+class ContainerRead:
+    version: int
+    tasks: Mapping[str, TaskModel] | None  # None: the version does not name this member
+
+
+@dataclass(frozen=True)
+class BarrierDecided:
+    version: int
+    state: BarrierState | None
+
+
+@dataclass(frozen=True)
+class StoreFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResyncDue:
+    pass
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+MemberEvent = (
+    Connected
+    | Registered
+    | SessionLost
+    | VersionAnnounced
+    | ManifestRead
+    | ManifestMissing
+    | ContainerRead
+    | BarrierDecided
+    | StoreFailed
+    | ResyncDue
+    | Shutdown
+)
+
+# ----------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Register:
+    pass
+
+
+@dataclass(frozen=True)
+class Unregister:
+    pass
+
+
+@dataclass(frozen=True)
+class WatchVersions:
+    pass
+
+
+@dataclass(frozen=True)
+class FetchLatestVersion:
+    pass
+
+
+@dataclass(frozen=True)
+class ReadManifest:
+    version: int
+
+
+@dataclass(frozen=True)
+class ReadContainer:
+    version: int
+
+
+@dataclass(frozen=True)
+class JoinBarrier:
+    version: int
+    early: bool  # before reading the container: the manifest says nothing of ours moves
+
+
+@dataclass(frozen=True)
+class WatchBarrier:
+    version: int
+
+
+@dataclass(frozen=True)
+class StopTasks:
+    version: int | None  # the version the tasks ran under
+    tasks: Mapping[str, TaskModel]
+    reason: str  # "moved", "session lost", "shutdown"
+
+
+@dataclass(frozen=True)
+class StartTasks:
+    version: int
+    tasks: Mapping[str, TaskModel]  # the tasks new to this member
+    running: Mapping[str, TaskModel]  # everything it runs from now on
+
+
+@dataclass(frozen=True)
+class WriteLocality:
+    version: int
+    tasks: Collection[str]  # the member's tasks: their location is the member's
+
+
+@dataclass(frozen=True)
+class ScheduleResync:
+    after_s: float
+
+
+MemberAction = (
+    Register
+    | Unregister
+    | WatchVersions
+    | FetchLatestVersion
+    | ReadManifest
+    | ReadContainer
+    | JoinBarrier
+    | WatchBarrier
+    | StopTasks
+    | StartTasks
+    | WriteLocality
+    | ScheduleResync
+)

@@ -1,0 +1,402 @@
+"""The member's state machine, driven by random event sequences (hypothesis stateful).
+
+The harness plays both the adapter and ZooKeeper: it publishes versions (with the manifest's
+``base`` and ``losing`` as the leader computes them), decides barriers, loses the session,
+removes versions (retention), makes store calls fail, and carries out every action the machine
+returns. After every step it checks the member's side of the invariants:
+
+- I3: the member runs only tasks of a version whose barrier is DONE, all of one version, and
+  starts tasks only after that DONE; it never joins a barrier still running a task the version
+  takes from it; an early join happens only when the version keeps every task it runs.
+- I4: locality is written after DONE, for the member's own tasks of that version.
+- Session loss and shutdown stop every task; shutdown unregisters a registered member.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from coordinator.protocol.member import TRANSITIONS, MemberMachine
+from coordinator.protocol.member_events import (
+    BarrierDecided,
+    Connected,
+    ContainerRead,
+    FetchLatestVersion,
+    JoinBarrier,
+    ManifestMissing,
+    ManifestRead,
+    MemberAction,
+    MemberEvent,
+    MemberState,
+    ReadContainer,
+    ReadManifest,
+    Register,
+    Registered,
+    ResyncDue,
+    ScheduleResync,
+    SessionLost,
+    Shutdown,
+    StartTasks,
+    StopTasks,
+    StoreFailed,
+    Unregister,
+    VersionAnnounced,
+    WatchBarrier,
+    WatchVersions,
+    WriteLocality,
+)
+from coordinator.protocol.rules import losing_processors
+from metadata.model import (
+    BarrierState,
+    ContainerModel,
+    FrozenMap,
+    JobModel,
+    SystemStreamPartition,
+    TaskModel,
+)
+
+ME = "p-1"
+POOL = tuple(
+    TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
+    for n in range(6)
+)
+# The same name with other partitions: a task that "changed" (e.g. a rescale).
+CHANGED = {t.name: TaskModel(t.name, frozenset(), -1) for t in POOL}
+
+
+@dataclass
+class World:
+    """What ZooKeeper holds for one job, seen from one member."""
+
+    models: dict[int, JobModel] = field(default_factory=dict)
+    manifests: dict[int, tuple[int | None, frozenset[str]]] = field(default_factory=dict)
+    barriers: dict[int, BarrierState] = field(default_factory=dict)
+    joined: dict[int, set[str]] = field(default_factory=dict)
+    latest: int = 0
+
+    def in_force(self) -> JobModel | None:
+        done = [v for v, s in self.barriers.items() if s == BarrierState.DONE and v in self.models]
+        return self.models[max(done)] if done else None
+
+
+class MemberHarness(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.machine = MemberMachine(ME)
+        self.world = World()
+        self.running: dict[str, TaskModel] = {}
+        self.running_version: int | None = None
+        self.registered = False
+        self.connected = True
+        self.fail_next = False
+        self.resync_pending = False
+        self.watched: set[int] = set()
+        self.events: deque[MemberEvent] = deque()
+        self.written: list[tuple[int, tuple[str, ...]]] = []
+
+    # ---------------------------------------------------------------- the adapter's part
+
+    def feed(self, event: MemberEvent) -> None:
+        self.events.append(event)
+        while self.events:
+            state = self.machine.state
+            nxt = self.events.popleft()
+            actions = self.machine.handle(nxt)
+            allowed = TRANSITIONS.get((state, type(nxt)), frozenset({state}))
+            assert self.machine.state in allowed
+            for action in actions:
+                self.carry_out(action)
+
+    def failing(self) -> bool:
+        if self.fail_next:
+            self.fail_next = False
+            self.events.append(StoreFailed("injected"))
+            return True
+        return False
+
+    def carry_out(self, action: MemberAction) -> None:
+        world = self.world
+        if isinstance(action, Register):
+            if not self.connected or self.failing():
+                if not self.fail_next:
+                    self.events.append(StoreFailed("not connected"))
+                return
+            self.registered = True
+            self.events.append(Registered("/processors/processor-1"))
+        elif isinstance(action, Unregister):
+            assert self.registered
+            self.registered = False
+        elif isinstance(action, WatchVersions | FetchLatestVersion):
+            if not self.failing():
+                self.events.append(VersionAnnounced(world.latest or None))
+        elif isinstance(action, ReadManifest):
+            if self.failing():
+                return
+            if action.version not in world.models:
+                self.events.append(ManifestMissing(action.version))
+            else:
+                base, losing = world.manifests[action.version]
+                self.events.append(ManifestRead(action.version, base, losing))
+        elif isinstance(action, ReadContainer):
+            if self.failing():
+                return
+            model = world.models.get(action.version)
+            container = model.containers.get(ME) if model else None
+            self.events.append(
+                ContainerRead(action.version, container.tasks if container else None)
+            )
+        elif isinstance(action, JoinBarrier):
+            self.check_join(action)
+            if self.failing():
+                return
+            world.joined.setdefault(action.version, set()).add(ME)
+        elif isinstance(action, WatchBarrier):
+            self.watched.add(action.version)
+            state = world.barriers.get(action.version)
+            if state is not None and state != BarrierState.NEW:
+                self.events.append(BarrierDecided(action.version, state))
+        elif isinstance(action, StopTasks):
+            assert set(action.tasks) <= set(self.running)
+            for name in action.tasks:
+                del self.running[name]
+        elif isinstance(action, StartTasks):
+            self.check_start(action)
+        elif isinstance(action, WriteLocality):
+            # I4: after DONE, the member's own tasks of that version.
+            assert world.barriers.get(action.version) == BarrierState.DONE
+            assert set(action.tasks) == set(world.models[action.version].containers[ME].tasks)
+            self.written.append((action.version, tuple(action.tasks)))
+        elif isinstance(action, ScheduleResync):
+            self.resync_pending = True
+
+    def check_join(self, action: JoinBarrier) -> None:
+        model = self.world.models[action.version]
+        mine = model.containers[ME].tasks if ME in model.containers else None
+        if action.early:
+            # An early join only when the version keeps every task the member runs.
+            assert mine is not None
+            assert all(mine.get(n) == t for n, t in self.running.items())
+        else:
+            # Stop what you lose before joining.
+            assert mine is not None
+            assert all(mine.get(n) == t for n, t in self.running.items())
+
+    def check_start(self, action: StartTasks) -> None:
+        # I3: start only on DONE, and only the tasks the version gives this member.
+        assert self.world.barriers.get(action.version) == BarrierState.DONE
+        mine = self.world.models[action.version].containers[ME].tasks
+        assert dict(action.running) == dict(mine)
+        assert all(mine.get(n) == t for n, t in action.tasks.items())
+        self.running.update(action.tasks)
+        assert self.running == dict(mine)
+        self.running_version = action.version
+
+    # ---------------------------------------------------------------- rules
+
+    @initialize()
+    def start(self) -> None:
+        self.feed(Connected())
+
+    @rule(
+        names=st.lists(st.sampled_from([t.name for t in POOL]), unique=True, max_size=4),
+        named=st.booleans(),
+        changed=st.booleans(),
+        keep=st.booleans(),
+        announce=st.integers(0, 3),
+    )
+    def publish(
+        self, names: list[str], named: bool, changed: bool, keep: bool, announce: int
+    ) -> None:
+        world = self.world
+        before = world.in_force()
+        tasks = {n: (CHANGED[n] if changed and n == names[0] else _task(n)) for n in names}
+        if keep and before is not None and ME in before.containers:
+            # The member keeps what it has (maybe gaining more): the early-join case.
+            tasks = {**{n: _task(n) for n in names}, **before.containers[ME].tasks}
+        containers = {"p-2": ContainerModel("p-2", "h2", FrozenMap())}
+        if named:
+            containers[ME] = ContainerModel(ME, "h1", FrozenMap(tasks))
+        world.latest += 1
+        model = JobModel(world.latest, FrozenMap(containers))
+        world.models[model.version] = model
+        world.manifests[model.version] = (
+            (before.version, losing_processors(before, model)) if before else (None, frozenset())
+        )
+        world.barriers[model.version] = BarrierState.NEW
+        if announce:
+            self.feed(VersionAnnounced(model.version))
+
+    @rule()
+    def announce_latest(self) -> None:
+        self.feed(VersionAnnounced(self.world.latest or None))
+
+    @rule(done=st.booleans())
+    def decide_latest(self, done: bool) -> None:
+        world = self.world
+        version = world.latest
+        if version == 0 or world.barriers.get(version) != BarrierState.NEW:
+            return
+        model = world.models[version]
+        if done and ME in model.containers and ME not in world.joined.get(version, set()):
+            return  # the leader cannot mark DONE before every named processor joined
+        state = BarrierState.DONE if done else BarrierState.TIMED_OUT
+        world.barriers[version] = state
+        if version in self.watched:
+            self.feed(BarrierDecided(version, state))
+
+    @rule()
+    def retention_removes_oldest(self) -> None:
+        if len(self.world.models) > 1:
+            oldest = min(self.world.models)
+            in_force = self.world.in_force()
+            if in_force is None or oldest != in_force.version:
+                del self.world.models[oldest]
+
+    @rule(dice=st.integers(0, 3))
+    def store_fails_next(self, dice: int) -> None:
+        self.fail_next = dice == 0  # rarer than the rest, so runs get far enough
+
+    @precondition(lambda self: self.resync_pending)
+    @rule()
+    def resync(self) -> None:
+        self.resync_pending = False
+        self.feed(ResyncDue())
+
+    @rule(dice=st.integers(0, 3))
+    def lose_session(self, dice: int) -> None:
+        if dice:
+            return
+        self.connected = False
+        self.registered = False
+        self.feed(SessionLost())
+        assert not self.running  # session loss stops everything at once
+
+    @rule()
+    def reconnect(self) -> None:
+        self.connected = True
+        self.feed(Connected())
+
+    @precondition(lambda self: self.machine.state != MemberState.CLOSED)
+    @rule(dice=st.integers(0, 9))
+    def shut_down(self, dice: int) -> None:
+        if dice:
+            return
+        registered = self.registered
+        self.feed(Shutdown())
+        assert not self.running
+        assert not self.registered or not registered
+
+    # ---------------------------------------------------------------- invariants
+
+    @invariant()
+    def runs_one_done_version(self) -> None:
+        assert self.running == self.machine.running
+        if self.running:
+            version = self.running_version
+            assert version is not None
+            assert self.world.barriers[version] == BarrierState.DONE
+            mine = self.world.models.get(version)
+            if mine is not None:  # (retention may have removed a superseded model)
+                assert set(self.running) <= set(mine.containers[ME].tasks)
+
+
+def _task(name: str) -> TaskModel:
+    return next(t for t in POOL if t.name == name)
+
+
+TestMemberMachine = MemberHarness.TestCase
+
+
+# ------------------------------------------------------------------------ examples
+
+
+def _run(machine: MemberMachine, *events: MemberEvent) -> list[MemberAction]:
+    actions: list[MemberAction] = []
+    for event in events:
+        actions += machine.handle(event)
+    return actions
+
+
+def _following(running: dict[str, TaskModel] | None = None, version: int = 1) -> MemberMachine:
+    machine = MemberMachine(ME)
+    _run(machine, Connected(), Registered("n"))
+    machine.running = dict(running or {})
+    machine.running_version = version if running else None
+    machine.seen_version = version if running else -1
+    return machine
+
+
+def test_a_keeper_joins_before_reading_its_container() -> None:
+    machine = _following({POOL[0].name: POOL[0]})
+    actions = _run(machine, VersionAnnounced(2), ManifestRead(2, 1, frozenset({"p-2"})))
+    assert actions == [ReadManifest(2), JoinBarrier(2, early=True), ReadContainer(2)]
+    actions = machine.handle(ContainerRead(2, {POOL[0].name: POOL[0]}))
+    assert actions == [WatchBarrier(2)]  # no second join, nothing stopped
+
+
+def test_a_loser_stops_first_then_joins() -> None:
+    machine = _following({POOL[0].name: POOL[0], POOL[1].name: POOL[1]})
+    _run(machine, VersionAnnounced(2))
+    actions = machine.handle(ManifestRead(2, 1, frozenset({ME})))
+    assert actions == [ReadContainer(2)]
+    actions = machine.handle(ContainerRead(2, {POOL[0].name: POOL[0]}))
+    assert actions == [
+        StopTasks(1, {POOL[1].name: POOL[1]}, "moved"),
+        JoinBarrier(2, early=False),
+        WatchBarrier(2),
+    ]
+
+
+def test_a_member_behind_the_base_reads_first() -> None:
+    machine = _following({POOL[0].name: POOL[0]}, version=1)
+    actions = _run(machine, VersionAnnounced(3), ManifestRead(3, 2, frozenset()))
+    assert JoinBarrier(3, early=True) not in actions
+
+
+def test_done_starts_the_new_tasks_and_writes_locality_timed_out_starts_nothing() -> None:
+    machine = _following()
+    mine = {POOL[2].name: POOL[2]}
+    _run(machine, VersionAnnounced(1), ManifestRead(1, None, frozenset()), ContainerRead(1, mine))
+    assert machine.handle(BarrierDecided(1, BarrierState.NEW)) == []
+    assert machine.handle(BarrierDecided(1, BarrierState.DONE)) == [
+        StartTasks(1, mine, mine),
+        WriteLocality(1, (POOL[2].name,)),
+    ]
+    _run(machine, VersionAnnounced(2), ManifestRead(2, 1, frozenset()), ContainerRead(2, mine))
+    assert machine.handle(BarrierDecided(2, BarrierState.TIMED_OUT)) == []
+    assert machine.running == mine and machine.running_version == 1
+
+
+def test_a_store_error_resyncs_from_the_latest_version_even_the_same_one() -> None:
+    machine = _following()
+    _run(machine, VersionAnnounced(4))
+    assert machine.handle(StoreFailed("connection loss")) == [ScheduleResync(1.0)]
+    assert machine.handle(ResyncDue()) == [FetchLatestVersion()]
+    assert machine.handle(VersionAnnounced(4)) == [ReadManifest(4)]
+
+
+def test_session_loss_stops_everything_and_registers_again() -> None:
+    machine = _following({POOL[0].name: POOL[0]})
+    assert machine.handle(SessionLost()) == [StopTasks(1, {POOL[0].name: POOL[0]}, "session lost")]
+    assert machine.state == MemberState.UNREGISTERED
+    assert machine.handle(Connected()) == [Register()]
+
+
+def test_shutdown_stops_and_unregisters() -> None:
+    machine = _following({POOL[0].name: POOL[0]})
+    assert machine.handle(Shutdown()) == [
+        StopTasks(1, {POOL[0].name: POOL[0]}, "shutdown"),
+        Unregister(),
+    ]
+    assert machine.handle(VersionAnnounced(9)) == []  # closed: nothing more
+
+
+@pytest.mark.parametrize("state", list(MemberState))
+def test_every_state_has_a_way_out_or_is_closed(state: MemberState) -> None:
+    outs = {new for (old, _), news in TRANSITIONS.items() if old == state for new in news}
+    assert state == MemberState.CLOSED or outs - {state}
