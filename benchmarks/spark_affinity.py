@@ -55,12 +55,8 @@ from affinity_pipeline.placement import JobModelPlacement  # noqa: E402
 from zkserver import ZooKeeperServer  # noqa: E402
 
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
-from locality.spark import (  # noqa: E402
-    ExecutorRegistrar,
-    SparkExecutor,
-    SparkExecutors,
-    run_pinned,
-)
+from coordinator.member.executors import ExecutorRegistrar  # noqa: E402
+from locality.spark import SparkExecutor, SparkExecutors, run_pinned  # noqa: E402
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")

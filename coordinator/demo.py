@@ -288,7 +288,7 @@ class Demo:
         )
 
     def start(self) -> None:
-        from locality.spark import ExecutorRegistrar
+        from coordinator.member.executors import ExecutorRegistrar
 
         self.progress.note("starting ZooKeeper ...")
         self.zookeeper.start()

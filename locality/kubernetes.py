@@ -20,7 +20,7 @@ in the namespace (only when the node name is not in the environment) and ``get``
 scoped: a ClusterRole). When the node name comes from the environment but there is no in-cluster
 configuration at all, the zone is unknown and the id is just the node name (logged as a warning);
 when the API *is* configured but a request fails, that is an error, never a silently different
-id. :class:`~locality.providers.LocationError` names everything that was tried.
+id. :class:`~locality.base.LocationError` names everything that was tried.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from locality.providers import LocationError
+from locality.base import LocationError
 
 __all__ = [
     "NAMESPACE_VARS",

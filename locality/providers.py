@@ -14,6 +14,8 @@ Three providers are built in, chosen by name with :func:`get_location_provider`:
     from the Downward API environment or the Kubernetes API (in-cluster configuration).
 
 Every provider raises :class:`LocationError` naming what it tried when it cannot answer.
+:class:`LocationError` and the :class:`LocationIdProvider` protocol live in
+:mod:`locality.base` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+from locality.base import LocationError, LocationIdProvider
 
 __all__ = [
     "PROVIDER_NAMES",
@@ -31,17 +35,6 @@ __all__ = [
     "LocationIdProvider",
     "get_location_provider",
 ]
-
-
-class LocationError(RuntimeError):
-    """A location id could not be determined; the message names what was tried."""
-
-
-@runtime_checkable
-class LocationIdProvider(Protocol):
-    """Gives the location id of the process that calls it."""
-
-    def location_id(self) -> str: ...
 
 
 class HostnameLocationIdProvider:

@@ -14,7 +14,7 @@ from affinity_pipeline.rescaling import (
 )
 from spark_app import SparkApp
 
-from locality.spark import ExecutorRegistrar
+from coordinator.member.executors import ExecutorRegistrar
 from metadata.zk import ZkMetadataStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.zk]

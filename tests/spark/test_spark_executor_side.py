@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from locality.providers import LocationError, LocationIdProvider
+from locality.base import LocationError, LocationIdProvider
 from locality.spark import (
     SparkExecutorLocationIdProvider,
-    _executor_jvm_args,
-    _host_of,
     current_executor_host,
     current_executor_id,
 )
+from locality.spark.executors import _host_of
+from locality.spark.provider import _executor_jvm_args
 
 pytestmark = pytest.mark.spark
 

@@ -23,7 +23,8 @@ from affinity_pipeline.placement import JobModelPlacement
 from affinity_pipeline.store import TaskStore
 from spark_app import SparkApp
 
-from locality.spark import ExecutorRegistrar, SparkExecutor
+from coordinator.member.executors import ExecutorRegistrar
+from locality.spark import SparkExecutor
 from metadata.zk import ZkMetadataStore
 
 pytestmark = pytest.mark.spark

@@ -7,7 +7,8 @@ from kazoo.client import KazooClient
 from spark_app import SparkApp
 from zkserver import ZooKeeperServer
 
-from locality.spark import ExecutorRegistrar, ProbedLocations, SparkExecutors
+from coordinator.member.executors import ExecutorRegistrar
+from locality.spark import ProbedLocations, SparkExecutors
 from metadata.zk import ZkMetadataStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.zk]

@@ -74,23 +74,91 @@ def test_registry_rejects_unknown_names_and_options() -> None:
         get_location_provider("kubernetes", bogus=1)
 
 
-def test_locality_imports_only_metadata_model() -> None:
+def _locality_imports() -> dict[str, set[str]]:
+    """Module name -> absolute names it imports (anywhere in the module), for every module of
+    the ``locality`` package and its subpackages."""
     import ast
     from pathlib import Path
 
     import locality
 
     root = Path(locality.__file__).parent
-    for path in sorted(root.glob("*.py")):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names: list[str] = []
+    imports: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
-            for name in names:
-                top = name.split(".")[0]
-                assert top not in ("coordinator", "groupers"), f"{path.name} imports {name}"
-                if top == "metadata":
-                    assert name == "metadata.model", f"{path.name} imports {name}"
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                assert node.level == 0, f"{module}: relative import of {node.module}"
+                names.add(node.module)
+        imports[module] = names
+    return imports
+
+
+def test_locality_imports_only_metadata_model() -> None:
+    imports = _locality_imports()
+    assert {"locality.providers", "locality.spark.pinning"} <= set(imports)
+    for module, names in imports.items():
+        for name in names:
+            top = name.split(".")[0]
+            assert top not in ("coordinator", "groupers"), f"{module} imports {name}"
+            if top == "metadata":
+                assert name == "metadata.model", f"{module} imports {name}"
+
+
+def test_locality_modules_import_each_other_without_cycles() -> None:
+    imports = _locality_imports()
+    graph = {
+        module: {name for name in names if name in imports and name != module}
+        for module, names in imports.items()
+    }
+    # A package's __init__ re-exports its modules: an edge into a package is one into its
+    # modules, so only module -> module edges (package __init__ excluded as a target) count.
+    packages = {"locality", "locality.spark"}
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module in done:
+            return
+        for name in sorted(graph[module] - packages):
+            visit(name, (*path, module))
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
+    assert "locality.providers" not in graph["locality.kubernetes"]
+    assert graph["locality.base"] == set()
+
+
+def test_public_names_stay_where_they_were() -> None:
+    import locality.base
+    import locality.providers
+    import locality.spark
+
+    assert locality.providers.LocationError is locality.base.LocationError
+    assert locality.providers.LocationIdProvider is locality.base.LocationIdProvider
+    # Every public name of the former locality/spark.py module except executor registration
+    # (now coordinator.member.executors).
+    spark_names = {
+        "DRIVER_ID",
+        "EXECUTOR_LOCATION_ENV",
+        "LOCALITY_WAIT_KEYS",
+        "PinnedRun",
+        "PinnedTask",
+        "ProbedLocations",
+        "SparkExecutor",
+        "SparkExecutorLocationIdProvider",
+        "SparkExecutors",
+        "current_executor_host",
+        "current_executor_id",
+        "executor_host_location",
+        "pinned_rdd",
+        "run_pinned",
+    }
+    assert set(locality.spark.__all__) == spark_names
+    for name in spark_names:
+        assert hasattr(locality.spark, name), name

@@ -57,7 +57,6 @@ from groupers.keygroups import key_group
 from groupers.keys import check_factor, key_bucket
 from locality.spark import (
     EXECUTOR_LOCATION_ENV,
-    ExecutorRegistrar,
     SparkExecutorLocationIdProvider,
     current_executor_id,
     run_pinned,
@@ -67,6 +66,7 @@ from metadata.model import JobModel, StreamInput, SystemStreamPartition, TaskMod
 if TYPE_CHECKING:  # the driver's side only: executors need not have kazoo or structlog
     from pyspark import SparkContext
 
+    from coordinator.member.executors import ExecutorRegistrar
     from metadata.zk import ZkMetadataStore
 
 __all__ = [
