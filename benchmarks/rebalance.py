@@ -3,10 +3,11 @@
 For P = 10, 50 and 100 processors and T = 10,000 tasks, on a private ZooKeeper server (Debian's
 package, ``tests/zkserver.py``) on loopback, in one Python process:
 
-- one :class:`coordinator.service.CoordinatorService` (the real leader: election, epoch, watches,
-  the ``host-affinity`` grouper, fenced publishes) with its own KazooClient;
-- P :class:`coordinator.processor.ProcessorClient` instances, each with its own KazooClient (a
-  real session) and its own thread, one location per processor (``zone-<i % 3>/host-<i>``).
+- one :class:`coordinator.leader.service.CoordinatorService` (the real leader: election, epoch,
+  watches, the ``host-affinity`` grouper, fenced publishes) with its own KazooClient;
+- P :class:`coordinator.member.processor.ProcessorClient` instances, each with its own
+  KazooClient (a real session) and its own thread, one location per processor
+  (``zone-<i % 3>/host-<i>``).
 
 A *death* is a processor's session closed without unregistering (``client.stop()``): ZooKeeper
 deletes its ephemeral registration at once. An observer (a separate client) polls that node and
@@ -63,7 +64,7 @@ from zkserver import ZooKeeperServer  # noqa: E402
 from benchmarks._report import DOC, machine, median_time, table, write_section  # noqa: E402
 from coordinator.config import JobConfig, load_config  # noqa: E402
 from coordinator.leader.service import CoordinatorService  # noqa: E402
-from coordinator.processor import ProcessorClient  # noqa: E402
+from coordinator.member.processor import ProcessorClient  # noqa: E402
 from metadata.model import TaskModel  # noqa: E402
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402
 

@@ -25,6 +25,8 @@ from metadata.zk import ZkMetadataStore
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
+    from coordinator.member.group import MemberGroup
+
 __all__ = ["ExecutorRegistrar", "Registration", "SyncResult"]
 
 log = logging.getLogger("affinity.executors")
@@ -37,7 +39,7 @@ class Registration:
     processor_id: str
     executor: SparkExecutor
     location_id: str
-    node: str
+    node: str  # the registration node ("" while a member group registers it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,11 @@ class ExecutorRegistrar:
     ``prefix`` names the processors ``<prefix>-exec-<executor id>`` (use the application id, so a
     restarted application's executors, whose ids start again at 0, are new processors);
     ``location_of`` gives an executor's location id (default: its host). ``extra`` is stored in
-    every registration (``executor_id`` and ``spark_app`` are added).
+    every registration (``executor_id`` and ``spark_app`` are added). With ``members`` (a
+    :class:`~coordinator.member.group.MemberGroup`), each executor becomes a member of that group,
+    which registers it and plays its member role (the Spark driver's case,
+    :class:`~coordinator.member.spark_driver.SparkDriverMember`); without, the registrar writes
+    the registrations itself (registration only, no barrier).
 
     Call :meth:`sync` whenever the executors may have changed (before each batch, or every
     ``interval_s`` with :meth:`start`), and :meth:`close` at the end.
@@ -76,6 +82,7 @@ class ExecutorRegistrar:
     prefix: str
     location_of: Callable[[SparkExecutor], str] = executor_host_location
     extra: Mapping[str, Any] = field(default_factory=dict)
+    members: MemberGroup | None = None
 
     def __post_init__(self) -> None:
         self.prefix = _PROCESSOR_ID_UNSAFE.sub("-", self.prefix).strip("-") or "spark"
@@ -93,6 +100,7 @@ class ExecutorRegistrar:
         prefix: str | None = None,
         location_of: Callable[[SparkExecutor], str] = executor_host_location,
         extra: Mapping[str, Any] | None = None,
+        members: MemberGroup | None = None,
     ) -> ExecutorRegistrar:
         """A registrar for ``sc``'s executors, processors named ``<app id>-exec-<id>``."""
         return cls(
@@ -101,6 +109,7 @@ class ExecutorRegistrar:
             prefix or str(sc.applicationId),
             location_of,
             {"spark_app": str(sc.applicationId), **(extra or {})},
+            members,
         )
 
     def processor_id(self, executor_id: str) -> str:
@@ -139,11 +148,11 @@ class ExecutorRegistrar:
             for pid, registration in list(self._registered.items()):
                 current = live.get(registration.executor.executor_id)
                 if current is None or current != registration.executor:
-                    self.store.unregister_processor(registration.node)
+                    self._unregister(registration)
                     del self._registered[pid]
                     removed.append(pid)
             restored = []
-            if self._registered:
+            if self._registered and self.members is None:  # (members re-register themselves)
                 alive_nodes = {r.node for r in self.store.read_processors()[0]}
                 for pid, registration in list(self._registered.items()):
                     if registration.node not in alive_nodes:
@@ -165,8 +174,17 @@ class ExecutorRegistrar:
         pid = self.processor_id(executor.executor_id)
         location = self.location_of(executor)
         extra = {**self.extra, "executor_id": executor.executor_id}
+        if self.members is not None:
+            self.members.add(pid, location, executor.host, **extra)
+            return Registration(pid, executor, location, node="")
         node = self.store.register_processor(pid, location, host=executor.host, **extra)
         return Registration(pid, executor, location, node)
+
+    def _unregister(self, registration: Registration) -> None:
+        if self.members is not None:
+            self.members.remove(registration.processor_id)
+        else:
+            self.store.unregister_processor(registration.node)
 
     def start(self, interval_s: float = 1.0) -> None:
         """Call :meth:`sync` every ``interval_s`` on a daemon thread until :meth:`stop`."""
@@ -195,7 +213,7 @@ class ExecutorRegistrar:
         self.stop()
         with self._lock:
             for registration in self._registered.values():
-                self.store.unregister_processor(registration.node)
+                self._unregister(registration)
             self._registered.clear()
 
     def __enter__(self) -> ExecutorRegistrar:

@@ -75,10 +75,12 @@ from coordinator.protocol.member_events import (
 from coordinator.protocol.rules import keeps_everything, tasks_changed
 from metadata.model import BarrierState, TaskModel
 
-__all__ = ["RESYNC_DELAY_S", "TRANSITIONS", "MemberMachine"]
+__all__ = ["RESYNC_DELAY_S", "TRANSITIONS", "UNEXPECTED_LOSS", "MemberMachine"]
 
 #: How long a member waits before it resyncs after a store error (seconds).
 RESYNC_DELAY_S = 1.0
+#: The reason of a stop the manifest said would not happen (an early join that loses a task).
+UNEXPECTED_LOSS = "moved, though the manifest said it keeps every task"
 
 # ------------------------------------------------------------------------------------ table
 
@@ -192,7 +194,8 @@ class MemberMachine:
         leaving = tasks_changed(self.running, mine)
         actions: list[MemberAction] = []
         if leaving:
-            actions.append(StopTasks(self.running_version, leaving, "moved"))
+            reason = UNEXPECTED_LOSS if early else "moved"
+            actions.append(StopTasks(self.running_version, leaving, reason))
             for name in leaving:
                 del self.running[name]
         if event.tasks is None:

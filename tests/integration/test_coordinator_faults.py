@@ -70,7 +70,7 @@ from zkserver import ZooKeeperServer
 
 from coordinator.config import load_config
 from coordinator.leader.service import CoordinatorService, job_tasks
-from coordinator.processor import ProcessorClient
+from coordinator.member.processor import ProcessorClient
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import NotFound, StoreUnavailable, ZkMetadataStore, connect
 

@@ -16,7 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 from zkserver import ZooKeeperServer
 
-from coordinator.processor import ProcessorClient
+from coordinator.member.processor import ProcessorClient
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import LeaderEpoch, ZkMetadataStore
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from coordinator.cli import main
-from coordinator.cli_demo import simulate
+from coordinator.demo.simulation import simulate
 
 
 def test_every_rebalance_moves_exactly_the_lower_bound_and_beats_round_robin() -> None:

@@ -1,7 +1,4 @@
-"""``affinity demo``: the reference stateful pipeline on a real Spark cluster, placed by a real
-coordinator, against Spark's default placement (:mod:`coordinator.demo`).
-
-``affinity demo --simulate``: the life of a stateful job, rebalance by rebalance. It replays a
+"""``affinity demo --simulate``: the life of a stateful job, rebalance by rebalance. It replays a
 job's membership changes through the groupers alone, with no ZooKeeper and no Spark: 240 tasks
 on 12 processors, 3 per host; then a processor is killed, it comes back under a new id, every
 processor is restarted in turn (a rolling upgrade), and 3 processors are added. After each
@@ -20,13 +17,12 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from groupers import GrouperMetadata, get_grouper, validate
 from metadata.model import ContainerModel, SystemStreamPartition, TaskModel
 
-__all__ = ["Step", "add_commands", "run_simulation", "simulate"]
+__all__ = ["Step", "run_simulation", "simulate"]
 
 TASKS = 240
 HOSTS = 4
@@ -119,14 +115,6 @@ def simulate() -> tuple[list[Step], dict[str, Totals]]:
     return steps, totals
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    if not args.simulate:
-        from coordinator.demo import run_demo as run_spark_demo
-
-        return run_spark_demo(args)
-    return run_simulation(args)
-
-
 def run_simulation(args: argparse.Namespace) -> int:
     steps, totals = simulate()
     print("affinity demo --simulate: grouper simulation (no ZooKeeper or Spark)")
@@ -167,26 +155,3 @@ def run_simulation(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(json.dumps(figures) + "\n")
     return 0
-
-
-def add_commands(subparsers: Any) -> None:
-    demo = subparsers.add_parser(
-        "demo",
-        help="the reference pipeline on a local Spark cluster, placed by the coordinator",
-    )
-    demo.add_argument("--json", action="store_true", help="print the totals as JSON last")
-    demo.add_argument(
-        "--simulate",
-        action="store_true",
-        help="replay rebalances through the groupers only (no ZooKeeper, no Spark)",
-    )
-    demo.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="draw warm ratio and bytes restored"
-    )
-    demo.add_argument(
-        "--batches", type=int, default=8, help="batches to run (half before the kill; >= 3)"
-    )
-    demo.add_argument(
-        "--workdir", type=Path, help="work directory (default: a temporary one, removed after)"
-    )
-    demo.set_defaults(handler=run_demo)

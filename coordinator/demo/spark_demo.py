@@ -4,12 +4,13 @@ coordinator, against Spark's default placement.
 It starts a private ZooKeeper (:mod:`coordinator.embedded_zk`), a :class:`CoordinatorService` in a
 thread (debounce 500 ms, one input stream of N partitions, ``group-by-partition``,
 ``host-affinity``) and a standalone Spark cluster with workers on 127.0.0.2-4 (one executor each).
-The driver registers the executors as processors (:class:`ExecutorRegistrar`) and acts as their
-processor client: on each new job-model version it joins barrier v for every executor it
-registered that the model names, waits for DONE, and runs the next batch with the model's
-placement; after a batch it writes the task locality. The same batches also run with Spark's
-default placement (no preferred locations). Half-way, one executor is killed (its worker starts a
-replacement with a new id on the same host); the coordinator publishes a new version.
+The driver plays its executors' member role (:class:`SparkDriverMember`: each executor a
+processor, followed through the same member machine as ``affinity processor run``): on each new
+job-model version it joins barrier v for the executors the model names, and once it is DONE runs
+the next batch with the model's placement; after a batch it writes the task locality. The same
+batches also run with Spark's default placement (no preferred locations). Half-way, one executor
+is killed (its worker starts a replacement with a new id on the same host); the coordinator
+publishes a new version.
 
 Every process started here (ZooKeeper, the Spark JVMs, the coordinator thread) is stopped at the
 end, also on Ctrl-C or SIGTERM.
@@ -30,22 +31,29 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from coordinator.config import JobConfig, load_config
+from coordinator.demo.report import (
+    STRATEGIES,
+    BatchFigures,
+    DemoResult,
+    Progress,
+    percent,
+    plot,
+    table,
+)
 from coordinator.embedded_zk import EmbeddedZooKeeper
 from coordinator.leader.service import CoordinatorService
-from metadata.model import JobModel
+from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
 from metadata.zk import ZkMetadataStore, connect
 
 __all__ = ["DemoResult", "run_demo"]
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 LOCALITY_WAIT = "30s"
-STRATEGIES = ("affinity", "spark default")
 NUM_TASKS = 12
 NUM_KEYS = 2_000
 EVENTS_PER_BATCH = 1_000
@@ -90,132 +98,6 @@ def job_config(num_tasks: int) -> JobConfig:
         },
         environ={},
     )
-
-
-@dataclass
-class BatchFigures:
-    batch: int
-    label: str
-    warm: int
-    cold: int
-    bytes_restored: int
-
-    @property
-    def warm_ratio(self) -> float | None:
-        known = self.warm + self.cold
-        return self.warm / known if known else None
-
-
-@dataclass
-class DemoResult:
-    batches: dict[str, list[BatchFigures]] = field(
-        default_factory=lambda: {name: [] for name in STRATEGIES}
-    )
-    versions: list[int] = field(default_factory=list)  # job-model versions put in force
-    tasks_moved: int = 0
-    output_correct: bool = False
-    seconds: float = 0.0
-
-    def totals(self, name: str) -> dict[str, Any]:
-        rows = self.batches[name]
-        warm = sum(b.warm for b in rows)
-        cold = sum(b.cold for b in rows)
-        return {
-            "warm_ratio": round(warm / (warm + cold), 4) if warm + cold else None,
-            "bytes_restored": sum(b.bytes_restored for b in rows),
-            "warm": warm,
-            "cold": cold,
-        }
-
-    def figures(self) -> dict[str, Any]:
-        affinity = self.totals("affinity")
-        default = self.totals("spark default")
-        return {
-            "affinity": {
-                "warm_ratio": affinity["warm_ratio"],
-                "bytes_restored": affinity["bytes_restored"],
-                "tasks_moved": self.tasks_moved,
-                "versions": len(self.versions),
-            },
-            "spark_default": {
-                "warm_ratio": default["warm_ratio"],
-                "bytes_restored": default["bytes_restored"],
-            },
-            "output_correct": self.output_correct,
-        }
-
-
-class Progress:
-    """A one-line text progress bar on stderr."""
-
-    def __init__(self, total: int, width: int = 30) -> None:
-        self.total = total
-        self.width = width
-        self.done = 0
-        self.tty = sys.stderr.isatty()
-
-    def note(self, message: str) -> None:
-        self._write(f"{self._bar()} {message}")
-
-    def step(self, message: str) -> None:
-        self.done += 1
-        self._write(f"{self._bar()} {message}")
-
-    def _bar(self) -> str:
-        filled = self.width * self.done // max(1, self.total)
-        return f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total}"
-
-    def _write(self, line: str) -> None:
-        if self.tty:
-            sys.stderr.write("\r\033[K" + line)
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
-class DriverAgent:
-    """The processor client of the executors the driver registered: waits for the job model
-    naming exactly the registered processors, joins its barrier for them, waits for DONE."""
-
-    def __init__(self, store: ZkMetadataStore, registrar: Any) -> None:
-        self.store = store
-        self.registrar = registrar
-        self.in_force: JobModel | None = None
-        self.joined: set[int] = set()
-        self._changed = threading.Event()
-        self._watch = store.watch_version(lambda _v: self._changed.set())
-
-    def close(self) -> None:
-        self._watch.stop()
-
-    def model(self, timeout_s: float = MODEL_TIMEOUT_S) -> JobModel:
-        """The job model in force for the registered executors (joining newer barriers)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            registered = set(self.registrar.registrations)
-            latest = self.store.read_latest_version()
-            if latest is not None:
-                model = self.store.read_job_model(latest)
-                if latest not in self.joined:
-                    for pid in sorted(set(model.containers) & registered):
-                        self.store.join_barrier(latest, pid)
-                    self.joined.add(latest)
-                state = self.store.barrier_state(latest)
-                if state == "DONE" and set(model.containers) == registered:
-                    self.in_force = model
-                    return model
-            if time.monotonic() > deadline:
-                raise DemoError(
-                    f"no job model in force for {sorted(registered)} within {timeout_s:.0f}s "
-                    f"(latest version {latest})"
-                )
-            self._changed.wait(0.1)
-            self._changed.clear()
 
 
 def _stop_driver_jvms(timeout_s: float = 5.0) -> None:
@@ -272,8 +154,8 @@ class Demo:
         self.stop_coordinator = threading.Event()
         self.coordinator_thread: threading.Thread | None = None
         self.session: Any = None
-        self.registrar: Any = None
-        self.agent: DriverAgent | None = None
+        self.driver: SparkDriverMember | None = None
+        self.in_force: DriverAssignment | None = None
 
     # ------------------------------------------------------------------ set-up / tear-down
 
@@ -288,7 +170,6 @@ class Demo:
         )
 
     def start(self) -> None:
-        from coordinator.member.executors import ExecutorRegistrar
 
         self.progress.note("starting ZooKeeper ...")
         self.zookeeper.start()
@@ -313,8 +194,9 @@ class Demo:
         self.progress.note("waiting for the executors ...")
         self.wait_executors()
         sc = self.session.sparkContext
-        self.registrar = ExecutorRegistrar.for_context(sc, self.store)
-        self.agent = DriverAgent(self.store, self.registrar)
+        self.driver = SparkDriverMember(
+            self.store.client, self.store, sc, job=f"{self.config.job.name}-{self.config.job.id}"
+        )
         self.pipelines = {
             name: self.ap.StatefulPipeline(sc, c, name=name)
             for name, c in self.pipeline_configs.items()
@@ -322,8 +204,7 @@ class Demo:
 
     def stop(self) -> None:
         steps = [
-            lambda: self.agent.close() if self.agent is not None else None,
-            lambda: self.registrar.close() if self.registrar is not None else None,
+            lambda: self.driver.close() if self.driver is not None else None,
             lambda: self.session.stop() if self.session is not None else None,
             self.cluster.stop,
             self.stop_coordinator.set,
@@ -334,7 +215,7 @@ class Demo:
         for step in steps:
             with contextlib.suppress(Exception):
                 step()
-        self.agent = self.registrar = self.session = None
+        self.driver = self.session = None
 
     def executors(self) -> list[Any]:
         from locality.spark import SparkExecutors
@@ -368,19 +249,22 @@ class Demo:
     # ------------------------------------------------------------------ batches
 
     def placement(self) -> dict[str, str]:
-        assert self.agent is not None and self.registrar is not None
-        self.registrar.sync()
-        previous = self.agent.in_force
-        model = self.agent.model()
-        if previous is None or model.version != previous.version:
-            self.result.versions.append(model.version)
+        assert self.driver is not None
+        self.driver.sync()
+        previous = self.in_force
+        try:
+            current = self.driver.in_force(MODEL_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise DemoError(str(exc)) from None
+        if previous is None or current.version != previous.version:
+            self.result.versions.append(current.version)
             if previous is not None:
-                before = previous.task_to_processor()
+                before = previous.task_to_processor
                 self.result.tasks_moved += sum(
-                    1 for t, p in model.task_to_processor().items() if before.get(t) != p
+                    1 for t, p in current.task_to_processor.items() if before.get(t) != p
                 )
-        placement: dict[str, str] = self.registrar.placement(model.task_to_processor())
-        return placement
+        self.in_force = current
+        return self.driver.placement(current.task_to_processor)
 
     def run_batch(self, index: int, label: str) -> None:
         order = STRATEGIES if index % 2 == 0 else tuple(reversed(STRATEGIES))
@@ -397,7 +281,7 @@ class Demo:
         a = self.result.batches["affinity"][-1].warm_ratio
         d = self.result.batches["spark default"][-1].warm_ratio
         self.progress.step(
-            f"batch {index} ({label}): warm affinity {_pct(a)}, spark default {_pct(d)}"
+            f"batch {index} ({label}): warm affinity {percent(a)}, spark default {percent(d)}"
         )
 
     def kill_executor(self) -> str:
@@ -433,71 +317,6 @@ class Demo:
 
 
 # ---------------------------------------------------------------------- output
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
-def warm_cold(totals: dict[str, Any]) -> str:
-    return f"{totals['warm']}/{totals['cold']}"
-
-
-def table(result: DemoResult) -> str:
-    figures = result.figures()
-    a, d = result.totals("affinity"), result.totals("spark default")
-    lines = [
-        f"{'batch':<7}{'phase':<12}{'affinity warm':>15}{'restored B':>12}"
-        f"{'default warm':>15}{'restored B':>12}",
-    ]
-    for fa, fd in zip(result.batches["affinity"], result.batches["spark default"], strict=True):
-        lines.append(
-            f"{fa.batch:<7}{fa.label:<12}{_pct(fa.warm_ratio):>15}{fa.bytes_restored:>12,}"
-            f"{_pct(fd.warm_ratio):>15}{fd.bytes_restored:>12,}"
-        )
-    lines += [
-        "",
-        f"{'':<28}{'affinity':>14}{'spark default':>16}",
-        f"{'job-model versions':<28}{len(result.versions):>14}{'-':>16}",
-        f"{'tasks moved':<28}{result.tasks_moved:>14}{'-':>16}",
-        f"{'warm ratio':<28}{_pct(a['warm_ratio']):>14}{_pct(d['warm_ratio']):>16}",
-        f"{'warm / cold task runs':<28}{warm_cold(a):>14}{warm_cold(d):>16}",
-        f"{'bytes restored':<28}{a['bytes_restored']:>14,}{d['bytes_restored']:>16,}",
-        f"{'output == reference':<28}{'yes' if figures['output_correct'] else 'NO':>14}"
-        f"{'yes' if figures['output_correct'] else 'NO':>16}",
-        "",
-        f"versions in force: {result.versions}; whole run {result.seconds:.0f} s",
-    ]
-    return "\n".join(lines)
-
-
-def plot(result: DemoResult, path: Path) -> None:
-    try:
-        matplotlib: Any = importlib.import_module("matplotlib")
-        matplotlib.use("Agg")
-        plt: Any = importlib.import_module("matplotlib.pyplot")
-    except ImportError:
-        raise DemoError("--plot needs matplotlib: pip install matplotlib") from None
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    for name in STRATEGIES:
-        rows = result.batches[name]
-        xs = [b.batch for b in rows]
-        top.plot(xs, [b.warm_ratio for b in rows], marker="o", label=name)
-        bottom.plot(xs, [b.bytes_restored for b in rows], marker="o", label=name)
-    kill = next((b.batch for b in result.batches["affinity"] if b.label != "steady"), None)
-    for axis in (top, bottom):
-        if kill is not None:
-            axis.axvline(kill - 0.5, color="grey", linestyle="--", label="executor killed")
-        axis.legend()
-    top.set_ylabel("warm ratio")
-    top.set_ylim(-0.05, 1.05)
-    bottom.set_ylabel("bytes restored")
-    bottom.set_xlabel("batch")
-    fig.suptitle("affinity demo: host affinity vs Spark default placement")
-    fig.savefig(path)
-    plt.close(fig)
-
-
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (and SIGHUP) raise KeyboardInterrupt, so ``finally`` blocks clean up."""

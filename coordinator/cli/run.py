@@ -12,9 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,53 +19,25 @@ from typing import Any
 
 import structlog
 
-from coordinator.config import ConfigError, JobConfig, load_config
+from coordinator.cli.common import job_store, stop_on_signals
+from coordinator.config import load_config
 from coordinator.leader.service import CoordinatorService
+from coordinator.member.processor import ProcessorClient
 from coordinator.observability import CoordinatorMetrics, HealthServer, configure_logging
-from coordinator.processor import ProcessorClient
-from coordinator.zk_client import client_from_config, store_from_config
-from groupers import GrouperError
-from locality.providers import LocationError, get_location_provider
+from locality.providers import get_location_provider
 from metadata.model import TaskModel
 
 __all__ = ["add_commands"]
 
 
-def _load(args: argparse.Namespace) -> JobConfig | None:
-    try:
-        return load_config(args.config)
-    except ConfigError as exc:
-        print(f"affinity: {exc}", file=sys.stderr)
-        return None
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def handler(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop
-
-
 def run_coordinator(args: argparse.Namespace) -> int:
-    config = _load(args)
-    if config is None:
-        return 2
+    config = load_config(args.config)
     configure_logging(config.logging.format, config.logging.level)
     log = structlog.get_logger("affinity.coordinator")
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     metrics = CoordinatorMetrics()
-    client = client_from_config(config)
-    try:
-        store = store_from_config(config, client)
-        try:
-            service = CoordinatorService(config, client, store, metrics=metrics)
-        except GrouperError as exc:
-            print(f"affinity: {exc}", file=sys.stderr)
-            return 2
+    with job_store(config) as store:
+        service = CoordinatorService(config, store.client, store, metrics=metrics)
         port = config.coordinator.http_port if args.http_port is None else args.http_port
         health = HealthServer(
             config.coordinator.http_host,
@@ -82,9 +51,6 @@ def run_coordinator(args: argparse.Namespace) -> int:
             service.run(stop)
         finally:
             health.stop()
-    finally:
-        client.stop()
-        client.close()
     return 0
 
 
@@ -132,24 +98,16 @@ class SampleTasks:
 
 
 def run_processor(args: argparse.Namespace) -> int:
-    config = _load(args)
-    if config is None:
-        return 2
+    config = load_config(args.config)
     configure_logging(config.logging.format, config.logging.level)
     location = args.location
     if location is None:
-        try:
-            location = get_location_provider(args.location_provider).location_id()
-        except LocationError as exc:
-            print(f"affinity: {exc}", file=sys.stderr)
-            return 2
-    stop = _stop_on_signals()
+        location = get_location_provider(args.location_provider).location_id()
+    stop = stop_on_signals()
     work = SampleTasks(args.processor_id, Path(args.status_file) if args.status_file else None)
-    client = client_from_config(config)
-    try:
-        store = store_from_config(config, client)
+    with job_store(config) as store:
         processor = ProcessorClient(
-            client,
+            store.client,
             store,
             args.processor_id,
             location,
@@ -158,9 +116,6 @@ def run_processor(args: argparse.Namespace) -> int:
             job=f"{config.job.name}-{config.job.id}",
         )
         processor.run(stop)
-    finally:
-        client.stop()
-        client.close()
     return 0
 
 

@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import structlog
-
-from coordinator.config import ConfigError, JobConfig, load_config
-from coordinator.zk_client import client_from_config, store_from_config
-from metadata.errors import MetadataError
+from coordinator.cli.common import CommandError, job_store, quiet_logging
+from coordinator.config import JobConfig, load_config
 from metadata.serde import dump_job_model
 from metadata.zk import NotFound, ZkMetadataStore
 
@@ -71,51 +67,19 @@ def show_locality(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- plumbing
 
 
-def _fail(message: object, code: int) -> int:
-    text = " ".join(str(message).split())
-    print(f"affinity: error: {text}", file=sys.stderr)
-    return code
-
-
-def _quiet_logging() -> None:
-    """Keep stdout for the answer and stderr for the one error line: the store's diagnostics are
-    silenced, unless the process configured logging itself."""
-    if not structlog.is_configured():
-        structlog.configure(
-            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-            wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
-        )
-    kazoo_logger = logging.getLogger("kazoo")
-    if kazoo_logger.level == logging.NOTSET:
-        kazoo_logger.setLevel(logging.CRITICAL)
-
-
 def _with_store(config_path: str, action: Callable[[JobConfig, ZkMetadataStore], int]) -> int:
-    _quiet_logging()
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        return _fail(exc, 2)
-    try:
-        client = client_from_config(config)
-    except MetadataError as exc:  # names the hosts and what went wrong
-        return _fail(exc, 1)
-    try:
-        store = store_from_config(config, client, retry_deadline_s=READ_DEADLINE_S)
+    quiet_logging()
+    config = load_config(config_path)
+    with job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
         if not store.job_exists():
-            return _fail(
+            raise CommandError(
                 f"no job {config.job.name}-{config.job.id} on ZooKeeper {config.zookeeper.connect} "
-                f"(no folder {config.job_folder})",
-                2,
+                f"(no folder {config.job_folder})"
             )
-        return action(config, store)
-    except (_NothingToShow, NotFound) as exc:
-        return _fail(exc, 2)
-    except MetadataError as exc:
-        return _fail(exc, 1)
-    finally:
-        client.stop()
-        client.close()
+        try:
+            return action(config, store)
+        except (_NothingToShow, NotFound) as exc:
+            raise CommandError(str(exc)) from None
 
 
 def _natural_key(name: str) -> list[Any]:

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from groupers import GrouperError, GrouperMetadata, UnknownGrouperError, get_grouper, validate
+from coordinator.cli.common import CommandError
+from groupers import GrouperMetadata, get_grouper, validate
 from metadata.errors import JobModelFormatError
 from metadata.model import FrozenMap, JobModel, TaskModel
 from metadata.serde import dump_job_model, task_from_dict
@@ -141,15 +142,13 @@ def run_plan(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise SnapshotError(f"cannot read {args.input}: {exc.strerror}") from None
         snapshot = load_snapshot(text)
-    except (SnapshotError, UnknownGrouperError, GrouperError) as exc:
-        print(f"affinity plan: {exc}", file=sys.stderr)
-        return 2
+    except SnapshotError as exc:
+        raise CommandError(f"plan: {exc}") from None
     try:
         containers = grouper.group(snapshot.tasks, snapshot.metadata)
         validate(snapshot.tasks, snapshot.metadata, containers)
     except Exception as exc:
-        print(f"affinity plan: grouper {args.grouper!r} failed: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(f"plan: grouper {args.grouper!r} failed: {exc}", code=1) from None
     model = JobModel(
         snapshot.version + 1, FrozenMap({c.processor_id: c for c in containers}), FrozenMap()
     )

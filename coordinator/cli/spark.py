@@ -12,33 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coordinator.config import ConfigError, load_config
-from coordinator.zk_client import client_from_config, store_from_config
+from coordinator.cli.common import job_store
+from coordinator.config import load_config
 from locality.pod_template import pod_template_yaml
-from metadata.errors import MetadataError
 
 __all__ = ["add_commands"]
 
 
 def run_pod_template(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"affinity: {exc}", file=sys.stderr)
-        return 2
-    try:
-        client = client_from_config(config)
-    except MetadataError as exc:
-        print(f"affinity: cannot reach ZooKeeper: {exc}", file=sys.stderr)
-        return 1
-    try:
-        locality = store_from_config(config, client).read_task_locality()
-    except MetadataError as exc:
-        print(f"affinity: cannot read task locality: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.stop()
-        client.close()
+    config = load_config(args.config)
+    with job_store(config) as store:
+        locality = store.read_task_locality()
     text = pod_template_yaml(locality)
     if args.output:
         Path(args.output).write_text(text)

@@ -1,0 +1,132 @@
+"""The one path every command takes: load the job config, connect to ZooKeeper, report errors.
+
+A command handler raises; :func:`report` (called by :func:`coordinator.cli.main`) turns the
+error into one line on stderr, ``affinity: error: <what is wrong>``, and the exit code: 2 for bad
+input (:class:`~coordinator.config.ConfigError`, an unknown or misconfigured grouper, a location
+that cannot be found, :class:`CommandError` with code 2), 1 for a failure at run time (ZooKeeper
+unreachable, access denied, corrupt data: every :class:`~metadata.errors.MetadataError`).
+
+Usage::
+
+    def show(args):
+        config = load_config(args.config)          # ConfigError -> exit 2
+        with job_store(config) as store:           # connect; closes the client after
+            ...
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+from kazoo.client import KazooClient
+
+from coordinator.config import ConfigError, JobConfig
+from groupers import GrouperError
+from locality.providers import LocationError
+from metadata.errors import MetadataError
+from metadata.zk import ZkMetadataStore, connect
+
+__all__ = [
+    "CommandError",
+    "client_from_config",
+    "job_store",
+    "quiet_logging",
+    "report",
+    "stop_on_signals",
+    "store_from_config",
+]
+
+
+class CommandError(Exception):
+    """What a command cannot do, said in one line; ``code`` 2 for bad input, 1 at run time."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: Errors that are bad input (exit 2); every other reported error is a run-time failure (1).
+_BAD_INPUT: tuple[type[Exception], ...] = (ConfigError, GrouperError, LocationError)
+_REPORTED: tuple[type[Exception], ...] = (CommandError, MetadataError, *_BAD_INPUT)
+
+
+def report(exc: BaseException) -> int | None:
+    """Print ``exc`` as one line and return its exit code; None if it is not ours to report."""
+    if not isinstance(exc, _REPORTED):
+        return None
+    text = " ".join(str(exc).split())
+    print(f"affinity: error: {text}", file=sys.stderr)
+    if isinstance(exc, CommandError):
+        return exc.code
+    return 2 if isinstance(exc, _BAD_INPUT) else 1
+
+
+def client_from_config(config: JobConfig) -> KazooClient:
+    """A started KazooClient for ``config.zookeeper`` (hosts, session timeout, auth, TLS)."""
+    zk = config.zookeeper
+    return connect(
+        zk.connect,
+        session_timeout_s=zk.session_timeout_ms / 1000,
+        connect_timeout_s=zk.connect_timeout_ms / 1000,
+        auth=zk.auth,
+        use_ssl=zk.use_ssl,
+        ca=zk.ca,
+        certfile=zk.certfile,
+        keyfile=zk.keyfile,
+        verify_certs=zk.verify_certs,
+    )
+
+
+def store_from_config(config: JobConfig, client: KazooClient, **options: Any) -> ZkMetadataStore:
+    """The job's ZkMetadataStore (folder, run id, credentials, retention from ``config``)."""
+    return ZkMetadataStore(
+        client,
+        config.job_folder,
+        run_id=config.job.run_id,
+        auth=config.zookeeper.auth,
+        retention=config.coordinator.retention,
+        **options,
+    )
+
+
+@contextmanager
+def job_store(config: JobConfig, **options: Any) -> Iterator[ZkMetadataStore]:
+    """Connect, and yield the job's store; the client is closed on the way out."""
+    client = client_from_config(config)
+    try:
+        yield store_from_config(config, client, **options)
+    finally:
+        client.stop()
+        client.close()
+
+
+def quiet_logging() -> None:
+    """Keep stdout for the answer and stderr for the one error line: the store's diagnostics are
+    silenced, unless the process configured logging itself."""
+    if not structlog.is_configured():
+        structlog.configure(
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+            wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+        )
+    kazoo_logger = logging.getLogger("kazoo")
+    if kazoo_logger.level == logging.NOTSET:
+        kazoo_logger.setLevel(logging.CRITICAL)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (long-running commands stop cleanly on either)."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

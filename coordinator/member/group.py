@@ -1,0 +1,350 @@
+"""The member adapter: drives one :class:`~coordinator.protocol.member.MemberMachine` per
+processor over ZooKeeper, for one processor (``affinity processor run``) or for many (a Spark
+driver acting for its executors).
+
+The machines decide; this class only turns ZooKeeper into events and carries out actions. One
+thread does all the work: kazoo's watch callbacks and connection listener only put events on a
+queue, so they never block kazoo. The group keeps one version watch and one barrier watch per
+version for all its members, and reads each manifest once per version.
+
+Usage::
+
+    group = MemberGroup(client, store, on_start=start, on_stop=stop, job="clicks-1")
+    group.add("p-1", "zone-a/host-1", host="host-1")
+    group.run(stop_event)      # until stop_event is set: follows job models behind barriers
+
+``on_start(processor_id, version, tasks)`` and ``on_stop(processor_id, version, tasks)`` run on
+the group's thread. ``register(processor_id, location_id, host, extra) -> node`` and
+``unregister(node)`` default to the store's processor registry; a Spark driver passes its
+executor registrar's.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException
+
+from coordinator.protocol.member import UNEXPECTED_LOSS, MemberMachine
+from coordinator.protocol.member_events import (
+    BarrierDecided,
+    Connected,
+    ContainerRead,
+    FetchLatestVersion,
+    JoinBarrier,
+    ManifestMissing,
+    ManifestRead,
+    MemberAction,
+    MemberEvent,
+    MemberState,
+    ReadContainer,
+    ReadManifest,
+    Register,
+    Registered,
+    ResyncDue,
+    ScheduleResync,
+    SessionLost,
+    Shutdown,
+    StartTasks,
+    StopTasks,
+    StoreFailed,
+    Unregister,
+    VersionAnnounced,
+    WatchBarrier,
+    WatchVersions,
+    WriteLocality,
+)
+from metadata.errors import MetadataError
+from metadata.model import BarrierState, TaskModel
+from metadata.zk import Manifest, NotFound, Watch, ZkMetadataStore
+
+__all__ = ["MemberGroup", "OnTasks"]
+
+#: ``(processor_id, version, tasks)``: tasks to start (version: the DONE one) or to stop
+#: (version: the one they ran under).
+OnTasks = Callable[[str, int | None, Mapping[str, TaskModel]], None]
+RegisterFn = Callable[[str, str, str, Mapping[str, Any]], str]
+
+
+@dataclass
+class _Member:
+    machine: MemberMachine
+    location_id: str
+    host: str
+    extra: Mapping[str, Any]
+    node: str | None = None
+    log: Any = None
+
+
+@dataclass
+class _Watches:
+    version: Watch | None = None
+    barriers: dict[int, Watch] = field(default_factory=dict)
+    manifests: dict[int, Manifest] = field(default_factory=dict)
+
+
+_Item = tuple[str | None, MemberEvent] | None  # (member or None: every member, event)
+
+
+class MemberGroup:
+    """Processors of one job following its job models (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        store: ZkMetadataStore,
+        *,
+        on_start: OnTasks,
+        on_stop: OnTasks,
+        job: str = "",
+        register: RegisterFn | None = None,
+        unregister: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.on_start = on_start
+        self.on_stop = on_stop
+        self.log = structlog.get_logger("affinity.member").bind(job=job)
+        self._register = register or self._register_in_store
+        self._unregister = unregister or store.unregister_processor
+        self._members: dict[str, _Member] = {}
+        self._lock = threading.Lock()
+        self._events: queue.Queue[_Item] = queue.Queue()
+        self._watches = _Watches()
+
+    # -------------------------------------------------------------------- membership
+
+    def add(self, processor_id: str, location_id: str, host: str = "", **extra: Any) -> None:
+        """A new member: it registers as soon as the session is up (thread-safe)."""
+        machine = MemberMachine(processor_id)
+        log = self.log.bind(processor=processor_id, location=location_id)
+        with self._lock:
+            self._members[processor_id] = _Member(machine, location_id, host, extra, log=log)
+        self._events.put((processor_id, Connected()))
+
+    def remove(self, processor_id: str) -> None:
+        """Stop the member's tasks and unregister it (thread-safe)."""
+        self._events.put((processor_id, Shutdown()))
+
+    def running(self) -> dict[str, tuple[int | None, dict[str, TaskModel]]]:
+        """Processor id -> (the DONE version it runs, its tasks)."""
+        with self._lock:
+            members = list(self._members.items())
+        return {pid: (m.machine.running_version, dict(m.machine.running)) for pid, m in members}
+
+    def member(self, processor_id: str) -> MemberMachine | None:
+        with self._lock:
+            found = self._members.get(processor_id)
+        return None if found is None else found.machine
+
+    # -------------------------------------------------------------------- lifecycle
+
+    def stop(self) -> None:
+        self._events.put(None)
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Follow the job models until :meth:`stop` (or ``stop`` is set)."""
+        if stop is not None:
+            threading.Thread(target=self._stop_when, args=(stop,), daemon=True).start()
+        self.client.add_listener(self._on_state)
+        self.store.ensure_layout()
+        try:
+            while (item := self._events.get()) is not None:
+                self._deliver(*item)
+        finally:
+            self.client.remove_listener(self._on_state)
+            for pid in list(self._members):
+                self._deliver(pid, Shutdown())
+            self._unwatch()
+
+    def _stop_when(self, stop: threading.Event) -> None:
+        stop.wait()
+        self.stop()
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._events.put((None, SessionLost()))
+        elif state == KazooState.CONNECTED:
+            self._events.put((None, Connected()))
+
+    # -------------------------------------------------------------------- events
+
+    def _deliver(self, target: str | None, event: MemberEvent) -> None:
+        with self._lock:
+            members = (
+                list(self._members.values())
+                if target is None
+                else [m for pid, m in self._members.items() if pid == target]
+            )
+        if isinstance(event, SessionLost):
+            self._unwatch()
+        for member in members:
+            self._note(member, event)
+            self._feed(member, event)
+            if isinstance(event, Shutdown):
+                with self._lock:
+                    self._members.pop(member.machine.processor_id, None)
+
+    def _note(self, member: _Member, event: MemberEvent) -> None:
+        """Log what the machine is about to hear that an operator wants to see."""
+        machine = member.machine
+        if isinstance(event, SessionLost) and machine.state != MemberState.UNREGISTERED:
+            member.log.warning("processor.session_lost", tasks=len(machine.running))
+        elif (
+            isinstance(event, BarrierDecided)
+            and event.state == BarrierState.TIMED_OUT
+            and event.version == machine.target_version
+        ):
+            member.log.warning("processor.barrier_timed_out", version=event.version)
+
+    def _feed(self, member: _Member, event: MemberEvent) -> None:
+        pending = [event]
+        while pending:
+            actions = member.machine.handle(pending.pop(0))
+            for action in actions:
+                try:
+                    pending += self._carry_out(member, action)
+                except (MetadataError, KazooException) as exc:
+                    member.log.warning(
+                        "member.store_error", action=type(action).__name__, error=repr(exc)
+                    )
+                    pending.append(StoreFailed(repr(exc)))
+                    break
+
+    # -------------------------------------------------------------------- actions
+
+    def _carry_out(self, member: _Member, action: MemberAction) -> list[MemberEvent]:
+        handler = getattr(self, _ACTION_HANDLERS[type(action)])
+        result: list[MemberEvent] = handler(member, action)
+        return result
+
+    def _register_member(self, member: _Member, _action: Register) -> list[MemberEvent]:
+        pid = member.machine.processor_id
+        member.node = self._register(pid, member.location_id, member.host, member.extra)
+        member.log.info("processor.registered", node=member.node)
+        return [Registered(member.node)]
+
+    def _unregister_member(self, member: _Member, _action: Unregister) -> list[MemberEvent]:
+        node, member.node = member.node, None
+        if node is not None and self.client.connected:
+            try:
+                self._unregister(node)
+            except (MetadataError, KazooException) as exc:
+                # Shutting down anyway: the node is ephemeral and goes with the session.
+                member.log.warning("processor.unregister_failed", node=node, error=repr(exc))
+        return []
+
+    def _watch_versions(self, member: _Member, _action: WatchVersions) -> list[MemberEvent]:
+        if self._watches.version is None:
+            self._watches.version = self.store.watch_version(
+                lambda v: self._events.put((None, VersionAnnounced(v)))
+            )
+            return []  # the watch fires at once with the latest version, for every member
+        return self._fetch_latest_version(member, FetchLatestVersion())
+
+    def _fetch_latest_version(self, _m: _Member, _a: FetchLatestVersion) -> list[MemberEvent]:
+        return [VersionAnnounced(self.store.read_latest_version())]
+
+    def _read_manifest(self, _member: _Member, action: ReadManifest) -> list[MemberEvent]:
+        version = action.version
+        manifest = self._watches.manifests.get(version)
+        if manifest is None:
+            try:
+                manifest = self.store.read_manifest(version)
+            except NotFound:
+                return [ManifestMissing(version)]
+            self._watches.manifests = {version: manifest}  # only the newest is worth keeping
+        return [ManifestRead(version, manifest.base, frozenset(manifest.losing))]
+
+    def _read_container(self, member: _Member, action: ReadContainer) -> list[MemberEvent]:
+        version = action.version
+        manifest = self._watches.manifests.get(version)
+        container = self.store.read_container(
+            version, member.machine.processor_id, manifest=manifest
+        )
+        if container is None:
+            member.log.info("processor.not_in_model", version=version)
+        return [ContainerRead(version, None if container is None else container.tasks)]
+
+    def _join_barrier(self, member: _Member, action: JoinBarrier) -> list[MemberEvent]:
+        self.store.join_barrier(action.version, member.machine.processor_id)
+        member.log.info("processor.joined_barrier", version=action.version, early=action.early)
+        return []
+
+    def _watch_barrier(self, _member: _Member, action: WatchBarrier) -> list[MemberEvent]:
+        version = action.version
+        if version not in self._watches.barriers:
+
+            def on_state(state: str | None) -> None:
+                decided = BarrierState(state) if state in set(BarrierState) else None
+                self._events.put((None, BarrierDecided(version, decided)))
+
+            self._watches.barriers[version] = self.store.watch_barrier_state(version, on_state)
+            for old in [v for v in self._watches.barriers if v < version]:
+                self._watches.barriers.pop(old).stop()
+        return []
+
+    def _stop_tasks(self, member: _Member, action: StopTasks) -> list[MemberEvent]:
+        if action.reason == UNEXPECTED_LOSS:
+            member.log.error("processor.manifest_disagrees", leaving=sorted(action.tasks)[:10])
+        self.on_stop(member.machine.processor_id, action.version, action.tasks)
+        member.log.info("processor.stopped", tasks=len(action.tasks), reason=action.reason)
+        return []
+
+    def _start_tasks(self, member: _Member, action: StartTasks) -> list[MemberEvent]:
+        if action.tasks:
+            self.on_start(member.machine.processor_id, action.version, action.tasks)
+        member.log.info(
+            "processor.running",
+            version=action.version,
+            tasks=len(action.running),
+            started=len(action.tasks),
+        )
+        return []
+
+    def _write_locality(self, member: _Member, action: WriteLocality) -> list[MemberEvent]:
+        written = self.store.write_task_locality(dict.fromkeys(action.tasks, member.location_id))
+        member.log.debug("processor.locality_written", version=action.version, writes=written)
+        return []
+
+    def _schedule_resync(self, member: _Member, action: ScheduleResync) -> list[MemberEvent]:
+        pid = member.machine.processor_id
+        timer = threading.Timer(action.after_s, self._events.put, args=((pid, ResyncDue()),))
+        timer.daemon = True
+        timer.start()
+        return []
+
+    # -------------------------------------------------------------------- helpers
+
+    def _register_in_store(
+        self, processor_id: str, location_id: str, host: str, extra: Mapping[str, Any]
+    ) -> str:
+        return self.store.register_processor(processor_id, location_id, host, **extra)
+
+    def _unwatch(self) -> None:
+        watches, self._watches = self._watches, _Watches()
+        for watch in [watches.version, *watches.barriers.values()]:
+            if watch is not None:
+                watch.stop()
+
+
+_ACTION_HANDLERS: dict[type[MemberAction], str] = {
+    Register: "_register_member",
+    Unregister: "_unregister_member",
+    WatchVersions: "_watch_versions",
+    FetchLatestVersion: "_fetch_latest_version",
+    ReadManifest: "_read_manifest",
+    ReadContainer: "_read_container",
+    JoinBarrier: "_join_barrier",
+    WatchBarrier: "_watch_barrier",
+    StopTasks: "_stop_tasks",
+    StartTasks: "_start_tasks",
+    WriteLocality: "_write_locality",
+    ScheduleResync: "_schedule_resync",
+}

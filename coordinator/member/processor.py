@@ -1,0 +1,75 @@
+"""The processor client: one processor of a job, following its job models behind their barriers.
+
+What it does is the member machine's (:mod:`coordinator.protocol.member`: register, stop what it
+loses, join, start on DONE, resync after an error, stop everything on session loss); this class
+is that machine's adapter for a single processor, :class:`~coordinator.member.group.MemberGroup`
+with one member, under the callback signature ``affinity processor run`` uses.
+
+Usage::
+
+    client = ProcessorClient(kazoo, store, "p-1", "zone-a/host-1", on_start=start, on_stop=stop)
+    client.run(stop_event)     # until stop_event is set
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Mapping
+
+from kazoo.client import KazooClient
+
+from coordinator.member.group import MemberGroup
+from metadata.model import TaskModel
+from metadata.zk import ZkMetadataStore
+
+__all__ = ["ProcessorClient"]
+
+OnStart = Callable[[int, Mapping[str, TaskModel]], None]
+OnStop = Callable[[int | None, Mapping[str, TaskModel]], None]
+
+
+class ProcessorClient:
+    """One processor of a job: ``run(stop)`` until ``stop`` is set (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        store: ZkMetadataStore,
+        processor_id: str,
+        location_id: str,
+        *,
+        on_start: OnStart,
+        on_stop: OnStop,
+        host: str | None = None,
+        job: str = "",
+    ) -> None:
+        self.processor_id = processor_id
+        self.location_id = location_id
+        self.host = host or socket.gethostname()
+
+        def start(_pid: str, version: int | None, tasks: Mapping[str, TaskModel]) -> None:
+            assert version is not None  # tasks start under a DONE version
+            on_start(version, tasks)
+
+        def stop(_pid: str, version: int | None, tasks: Mapping[str, TaskModel]) -> None:
+            on_stop(version, tasks)
+
+        self.group = MemberGroup(client, store, on_start=start, on_stop=stop, job=job)
+        self.group.add(processor_id, location_id, self.host)
+        self._machine = self.group.member(processor_id)
+
+    @property
+    def running(self) -> dict[str, TaskModel]:
+        """The tasks this processor runs (all of version :attr:`running_version`)."""
+        return dict(self._machine.running) if self._machine else {}
+
+    @property
+    def running_version(self) -> int | None:
+        return self._machine.running_version if self._machine else None
+
+    def stop(self) -> None:
+        self.group.stop()
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        self.group.run(stop)

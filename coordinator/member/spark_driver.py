@@ -1,0 +1,141 @@
+"""The Spark driver's part in the barrier protocol: a member for each of its executors.
+
+A Spark application's executors are the job's processors, but only the driver talks to
+ZooKeeper. :class:`SparkDriverMember` registers every live executor as a processor
+(:class:`~coordinator.member.executors.ExecutorRegistrar`) and plays each executor's member role
+through the same member machine as ``affinity processor run``
+(:class:`~coordinator.member.group.MemberGroup`): it joins each version's barrier for the
+executors that version names, and once the barrier is DONE the executors' tasks "run" there:
+:meth:`in_force` gives the task -> processor assignment every executor follows, and
+:meth:`placement` the task -> executor id to pin a stage's tasks with
+(:func:`locality.spark.run_pinned`). Task locality is written after DONE (I4).
+
+Usage::
+
+    with SparkDriverMember(kazoo, store, spark.sparkContext, job="clicks-1") as driver:
+        driver.sync()                                   # executors -> processors
+        assignment = driver.in_force(timeout_s=60)      # waits for a DONE model naming them all
+        placement = driver.placement(assignment.task_to_processor)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from kazoo.client import KazooClient
+
+from coordinator.member.executors import ExecutorRegistrar, SyncResult
+from coordinator.member.group import MemberGroup
+from locality.spark import SparkExecutor, executor_host_location
+from metadata.model import TaskModel
+from metadata.zk import ZkMetadataStore
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+__all__ = ["DriverAssignment", "NotInForce", "SparkDriverMember"]
+
+
+class NotInForce(TimeoutError):
+    """No job model naming every registered executor reached DONE in time."""
+
+
+@dataclass(frozen=True)
+class DriverAssignment:
+    """The version every registered executor runs, and its task -> processor assignment."""
+
+    version: int
+    task_to_processor: Mapping[str, str]
+
+
+class SparkDriverMember:
+    """The member role of a Spark driver's executors (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        store: ZkMetadataStore,
+        sc: SparkContext,
+        *,
+        job: str = "",
+        prefix: str | None = None,
+        location_of: Callable[[SparkExecutor], str] = executor_host_location,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._changed = threading.Condition()
+        self.group = MemberGroup(
+            client, store, on_start=self._tasks_changed, on_stop=self._tasks_changed, job=job
+        )
+        self.registrar = ExecutorRegistrar.for_context(
+            sc, store, prefix=prefix, location_of=location_of, extra=extra, members=self.group
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self.group.run, args=(self._stop,), name="affinity-driver-member", daemon=True
+        )
+        self._thread.start()
+
+    def sync(self) -> SyncResult:
+        """Executors -> processors: new executors become members, lost ones leave."""
+        return self.registrar.sync()
+
+    def in_force(self, timeout_s: float = 120.0) -> DriverAssignment:
+        """Wait until every registered executor runs one DONE version; its assignment."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while (found := self._common_version()) is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise NotInForce(
+                        f"no job model in force for {sorted(self.registrar.registrations)} "
+                        f"within {timeout_s:.0f}s (members run {self._versions()})"
+                    )
+                self._changed.wait(min(left, 0.2))
+        return found
+
+    def placement(self, task_to_processor: Mapping[str, str]) -> dict[str, str]:
+        """Task -> executor id for :func:`locality.spark.run_pinned`."""
+        return self.registrar.placement(task_to_processor)
+
+    def close(self) -> None:
+        """Stop following; every executor's member stops and unregisters."""
+        self.registrar.stop()
+        self._stop.set()
+        self._thread.join(10)
+
+    def __enter__(self) -> SparkDriverMember:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -------------------------------------------------------------------- helpers
+
+    def _tasks_changed(self, _pid: str, _v: int | None, _t: Mapping[str, TaskModel]) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _versions(self) -> dict[str, int | None]:
+        return {pid: version for pid, (version, _) in self.group.running().items()}
+
+    def _common_version(self) -> DriverAssignment | None:
+        running = self.group.running()
+        registered = set(self.registrar.registrations)
+        versions = {running[pid][0] for pid in registered if pid in running}
+        if not registered or registered - set(running) or len(versions) != 1:
+            return None
+        (version,) = versions
+        if version is None:
+            return None
+        owners = {task: pid for pid in registered for task in running[pid][1]}
+        return DriverAssignment(version, owners)
