@@ -52,9 +52,9 @@ from affinity_pipeline import (  # noqa: E402
 )
 from affinity_pipeline.cluster import StandaloneCluster, spark_session  # noqa: E402
 from affinity_pipeline.placement import JobModelPlacement  # noqa: E402
-from zkserver import ZooKeeperServer  # noqa: E402
 
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
+from coordinator.embedded_zk import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from locality.spark import (  # noqa: E402
     ExecutorRegistrar,
     SparkExecutor,

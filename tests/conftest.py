@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer
 
+from coordinator.embedded_zk import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.zk import ZkMetadataStore, connect
 
 

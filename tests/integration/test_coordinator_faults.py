@@ -66,9 +66,9 @@ from typing import Any
 import pytest
 from jobharness import JobHarness, Proc
 from kazoo.exceptions import NoNodeError
-from zkserver import ZooKeeperServer
 
 from coordinator.config import load_config
+from coordinator.embedded_zk import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.processor import ProcessorClient
 from coordinator.service import CoordinatorService, job_tasks
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel

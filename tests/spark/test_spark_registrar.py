@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 from spark_app import SparkApp
-from zkserver import ZooKeeperServer
 
+from coordinator.embedded_zk import EmbeddedZooKeeper as ZooKeeperServer
 from locality.spark import ExecutorRegistrar, ProbedLocations, SparkExecutors
 from metadata.zk import ZkMetadataStore
 
