@@ -37,9 +37,11 @@ zookeeper:
 helm: venv
 	PYTHON=$(PY) scripts/install-helm.sh
 
+# ruff, and the dependency rule of DESIGN.md: import-linter contracts in pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check $(PKGS) tests benchmarks examples
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: venv
 	$(VENV)/bin/mypy $(PKGS)

@@ -59,10 +59,10 @@ import structlog  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 from kazoo.protocol.states import ZnodeStat  # noqa: E402
 from kazoo.recipe.watchers import DataWatch  # noqa: E402
-from zkserver import ZooKeeperServer  # noqa: E402
 
 from benchmarks._report import DOC, machine, median_time, table, write_section  # noqa: E402
 from coordinator.config import JobConfig, load_config  # noqa: E402
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from coordinator.leader.service import CoordinatorService  # noqa: E402
 from coordinator.member.processor import ProcessorClient  # noqa: E402
 from metadata.model import TaskModel  # noqa: E402

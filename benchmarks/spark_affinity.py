@@ -52,9 +52,9 @@ from affinity_pipeline import (  # noqa: E402
 )
 from affinity_pipeline.cluster import StandaloneCluster, spark_session  # noqa: E402
 from affinity_pipeline.placement import JobModelPlacement  # noqa: E402
-from zkserver import ZooKeeperServer  # noqa: E402
 
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from coordinator.member.executors import ExecutorRegistrar  # noqa: E402
 from locality.spark import SparkExecutor, SparkExecutors, run_pinned  # noqa: E402
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402

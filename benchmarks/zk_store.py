@@ -31,9 +31,9 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import structlog  # noqa: E402
-from zkserver import ZooKeeperServer  # noqa: E402
 
 from benchmarks._report import DOC, machine, median_time, table, write_section  # noqa: E402
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from metadata.model import (  # noqa: E402
     ContainerModel,
     FrozenMap,

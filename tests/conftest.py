@@ -1,6 +1,7 @@
 """Shared fixtures. ZooKeeper: one real server per test session, a fresh job folder per test.
 
-- ``zk_server``: a private ZooKeeper (Debian package) on a free loopback port, for the session.
+- ``zk_server``: a private ZooKeeper (``coordinator.demo.zookeeper.EmbeddedZooKeeper``, Debian's
+  package) on a free loopback port, for the session.
   Tests must not stop or kill it; a test that needs to crash a server uses ``zk_private_server``.
 - ``zk_private_server``: a server of the test's own (about 1 s to start), free to kill/restart.
 - ``zk_client``: a started KazooClient (``metadata.zk.connect``) on ``zk_server``.
@@ -18,14 +19,14 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from metadata.zk import ZkMetadataStore, connect
 
 
 @pytest.fixture(scope="session")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedZooKeeper]:
+    server = EmbeddedZooKeeper(tmp_path_factory.mktemp("zookeeper"))
     server.start()
     try:
         yield server
@@ -34,8 +35,8 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 
 
 @pytest.fixture
-def zk_private_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer(tmp_path / "zookeeper")
+def zk_private_server(tmp_path: Path) -> Iterator[EmbeddedZooKeeper]:
+    server = EmbeddedZooKeeper(tmp_path / "zookeeper")
     server.start()
     try:
         yield server
@@ -61,7 +62,7 @@ def zk_connect() -> Iterator[Callable[..., KazooClient]]:
 
 
 @pytest.fixture
-def zk_client(zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]) -> KazooClient:
+def zk_client(zk_server: EmbeddedZooKeeper, zk_connect: Callable[..., KazooClient]) -> KazooClient:
     return zk_connect(zk_server.hosts)
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import JobModel
 from metadata.zk import ZkMetadataStore, connect
 

@@ -1,8 +1,8 @@
 """``affinity demo``: the reference stateful pipeline on a real Spark cluster, placed by a real
 coordinator, against Spark's default placement.
 
-It starts a private ZooKeeper (:mod:`coordinator.embedded_zk`), a :class:`CoordinatorService` in a
-thread (debounce 500 ms, one input stream of N partitions, ``group-by-partition``,
+It starts a private ZooKeeper (:mod:`coordinator.demo.zookeeper`), a :class:`CoordinatorService`
+in a thread (debounce 500 ms, one input stream of N partitions, ``group-by-partition``,
 ``host-affinity``) and a standalone Spark cluster with workers on 127.0.0.2-4 (one executor each).
 The driver plays its executors' member role (:class:`SparkDriverMember`: each executor a
 processor, followed through the same member machine as ``affinity processor run``): on each new
@@ -45,7 +45,7 @@ from coordinator.demo.report import (
     plot,
     table,
 )
-from coordinator.embedded_zk import EmbeddedZooKeeper
+from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
 from metadata.zk import ZkMetadataStore, connect

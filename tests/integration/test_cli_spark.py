@@ -9,8 +9,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.zk import ZkMetadataStore, connect
 
 pytestmark = pytest.mark.zk

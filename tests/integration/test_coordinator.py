@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from jobharness import JobHarness
-from zkserver import ZooKeeperServer
+
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from zkserver import ZooKeeperServer
+
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

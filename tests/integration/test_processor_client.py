@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import LeaderEpoch, ZkMetadataStore

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from groupers.keys import key_bucket
 from metadata.checkpoints import PartitionCheckpoint
 from metadata.errors import CorruptDataError

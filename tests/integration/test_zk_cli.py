@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer, free_port
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.demo.zookeeper import free_port
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.serde import load_job_model_document
 from metadata.zk import ZkMetadataStore

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.serde import dump_job_model
 from metadata.zk import FencedOut, LeaderEpoch, ZkMetadataStore

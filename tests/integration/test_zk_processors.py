@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 

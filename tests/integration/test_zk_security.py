@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
-from zkserver import TlsFiles, ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.demo.zookeeper import TlsFiles
 from metadata.model import ContainerModel, FrozenMap, JobModel
 from metadata.zk import PermissionDenied, StoreUnavailable, ZkMetadataStore
 

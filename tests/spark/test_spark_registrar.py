@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 from spark_app import SparkApp
-from zkserver import ZooKeeperServer
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.executors import ExecutorRegistrar
 from locality.spark import ProbedLocations, SparkExecutors
 from metadata.zk import ZkMetadataStore

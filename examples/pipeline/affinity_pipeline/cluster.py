@@ -18,18 +18,24 @@ which also runs at interpreter exit::
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
+
+from coordinator.demo.zookeeper import (
+    free_port,
+    kill_process,
+    port_open,
+    signal_group,
+    stop_processes,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,24 +67,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_port(host: str, port: int, timeout_s: float, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"process {process.args!r} exited with {process.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s}s")
 
 
 @dataclass(frozen=True)
@@ -217,7 +205,13 @@ class StandaloneCluster:
                 ],
                 self.master_host,
             )
-            _wait_port(self.master_host, self.master_port, self.startup_timeout_s, self._master)
+            host, port = self.master_host, self.master_port
+            wait_until(
+                lambda: port_open(host, port),
+                self._master,
+                self.startup_timeout_s,
+                f"nothing listens on {host}:{port}",
+            )
         for host in self.worker_hosts:
             if host not in self._workers:
                 self.start_worker(host)
@@ -258,8 +252,7 @@ class StandaloneCluster:
         process = self._workers.pop(host, None)
         if process is None:
             return
-        self._kill_group(process.pid, signal.SIGKILL)
-        process.wait()
+        kill_process(process, group=True)
         self._groups.discard(process.pid)
 
     def executors(self, app_id: str | None = None) -> list[ExecutorProcess]:
@@ -295,25 +288,13 @@ class StandaloneCluster:
 
     # ------------------------------------------------------------------ tear-down
 
-    def _kill_group(self, pgid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop every process this cluster started (workers first), killing what lingers."""
         processes = [*self._workers.values(), *([self._master] if self._master else [])]
-        for process in processes:
-            if process.poll() is None:
-                self._kill_group(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for process in processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        for pgid in list(self._groups):  # executors and Python daemons left in the groups
-            self._kill_group(pgid, signal.SIGKILL)
-        for process in processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=5)
+        # SIGTERM each process group, then SIGKILL what is left in it (executors, Python daemons)
+        stop_processes(processes, timeout_s, group=True)
+        for pgid in list(self._groups):  # groups of workers replaced since
+            signal_group(pgid, signal.SIGKILL)
         self._workers.clear()
         self._master = None
         self._groups.clear()

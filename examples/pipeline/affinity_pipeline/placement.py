@@ -1,10 +1,10 @@
 """Placement by a job model: the host-affinity grouper over the executors as processors.
 
-A small stand-in for the coordinator's leader, for the pipeline, its tests and the benchmark:
-each :meth:`JobModelPlacement.plan` reads the live processors (the executors registered by
-:class:`locality.spark.ExecutorRegistrar`) and the task locality (where each task last ran) from
-the :class:`metadata.zk.ZkMetadataStore`, asks the grouper for a job model, and publishes a new
-version when the assignment changed. :meth:`JobModelPlacement.record` writes the task locality
+A small stand-in for the coordinator's leader, for the pipeline, its tests and the benchmark: each
+:meth:`JobModelPlacement.plan` reads the live processors (the executors registered by
+:class:`coordinator.member.executors.ExecutorRegistrar`) and the task locality (where each task last
+ran) from the :class:`metadata.zk.ZkMetadataStore`, asks the grouper for a job model, and publishes
+a new version when the assignment changed. :meth:`JobModelPlacement.record` writes the task locality
 of a finished batch back (only what changed). The barrier and leader election of the real
 coordinator are left out: there is one driver.
 """

@@ -1,0 +1,399 @@
+"""The one ZooKeeper launcher: a private, real server for the demo, the tests and the benchmarks.
+
+:class:`EmbeddedZooKeeper` is one standalone server of Debian's ``zookeeper`` package on a free
+127.0.0.1 port, in its own work directory (``data/``, ``zoo.cfg``, ``server.log``). It waits
+until ``srvr`` answers ``Mode:``; it stops with SIGTERM (SIGKILL if the server lingers), dies
+with :meth:`~EmbeddedZooKeeper.kill` (SIGKILL, a crash), restarts on the same data directory and
+port, and expires a client's session for real::
+
+    with EmbeddedZooKeeper(workdir) as zk:
+        client = connect(zk.hosts)
+        zk.expire_session(client)   # the server closes the session; its ephemerals vanish
+        zk.kill(); zk.start()       # kill -9 and restart: the client reconnects, same session
+
+``tls=True`` adds a TLS client port (``secure_hosts``; ``tls``: a throw-away CA's PEM files).
+Nothing is mocked; everything binds to 127.0.0.1. The process helpers (:func:`free_port`,
+:func:`wait_until`, :func:`stop_processes`, :func:`kill_process`) serve every local daemon we
+start (e.g. the example's Spark cluster). An ensemble on loopback would be three servers whose
+:meth:`~EmbeddedZooKeeper._config_lines` get its ``server.N`` lines (and ``data/myid``), with
+their ``hosts`` joined; each server's process life cycle stays as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from kazoo.client import KazooClient, KazooState
+
+__all__ = [
+    "EmbeddedZooKeeper",
+    "ProcessExited",
+    "TlsFiles",
+    "ZooKeeperUnavailable",
+    "four_letter_word",
+    "free_port",
+    "kill_process",
+    "port_open",
+    "signal_group",
+    "stop_processes",
+    "wait_until",
+]
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
+NETTY_JARS = ("netty-codec.jar", "netty-resolver.jar")  # beside ZOOKEEPER_JAR; TLS only
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+FOUR_LETTER_WORDS = "srvr,ruok,envi,mntr,cons"
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    """The server could not be started (package missing, startup failed or timed out)."""
+
+
+class ProcessExited(RuntimeError):
+    """A process exited while we waited for it to become ready."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Something accepts connections on ``host:port`` (raises ``OSError`` if not)."""
+    with socket.create_connection((host, port), timeout=timeout_s):
+        return True
+
+
+def wait_until(
+    ready: Callable[[], bool],
+    process: subprocess.Popen[bytes],
+    timeout_s: float,
+    what: str,
+    poll_s: float = 0.1,
+) -> None:
+    """Poll ``ready()`` (an ``OSError`` counts as not ready) until it is true.
+
+    Raises :class:`ProcessExited` if ``process`` exits first, ``TimeoutError`` (``what`` and the
+    timeout) after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ProcessExited(f"process {process.args!r} exited with {process.returncode}")
+        with contextlib.suppress(OSError):
+            if ready():
+                return
+        time.sleep(poll_s)
+    raise TimeoutError(f"{what} after {timeout_s}s")
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to process group ``pgid`` (gone or not ours: ignored)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal(process: subprocess.Popen[bytes], sig: signal.Signals, group: bool) -> None:
+    if group:
+        signal_group(process.pid, sig)
+    elif process.poll() is None:
+        process.send_signal(sig)
+
+
+def stop_processes(
+    processes: Iterable[subprocess.Popen[bytes] | None],
+    timeout_s: float = 10.0,
+    *,
+    group: bool = False,
+) -> None:
+    """SIGTERM every process, wait up to ``timeout_s`` (for all of them together), then SIGKILL
+    what is left. With ``group`` (processes started with ``start_new_session``) the signals go
+    to each process group, and whatever remains in it (children) is killed at the end."""
+    running = [p for p in processes if p is not None and (group or p.poll() is None)]
+    for process in running:
+        if process.poll() is None:
+            _signal(process, signal.SIGTERM, group)
+    deadline = time.monotonic() + timeout_s
+    for process in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    for process in running:
+        _signal(process, signal.SIGKILL, group)
+    for process in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+
+
+def kill_process(process: subprocess.Popen[bytes] | None, *, group: bool = False) -> None:
+    """SIGKILL ``process`` (with ``group``: its whole process group) at once, and reap it."""
+    if process is None or (not group and process.poll() is not None):
+        return
+    _signal(process, signal.SIGKILL, group)
+    process.wait()
+
+
+def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
+    """Send a four-letter command to the server on 127.0.0.1:``port``; its whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(word.encode())
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a throw-away CA and of one certificate for 127.0.0.1 signed by it."""
+
+    ca: str
+    certfile: str
+    keyfile: str
+
+    @classmethod
+    def create(cls, directory: Path) -> TlsFiles:
+        directory.mkdir(parents=True, exist_ok=True)
+        ca_key, ca_cert = directory / "ca.key", directory / "ca.pem"
+        key, csr, cert = directory / "node.key", directory / "node.csr", directory / "node.pem"
+        ext = directory / "node.ext"
+        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        steps = [
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key,
+             "-out", ca_cert, "-days", "2", "-subj", "/CN=affinity-test-ca"],
+            ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+             "-subj", "/CN=127.0.0.1"],
+            ["openssl", "x509", "-req", "-in", csr, "-CA", ca_cert, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext],
+        ]  # fmt: skip
+        for step in steps:
+            subprocess.run([str(s) for s in step], check=True, capture_output=True)
+        return cls(ca=str(ca_cert), certfile=str(cert), keyfile=str(key))
+
+
+class EmbeddedZooKeeper:
+    """One standalone ZooKeeper server in ``workdir`` (``data/``, ``zoo.cfg``, ``server.log``)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        port: int | None = None,
+        heap_mb: int = 256,
+        tls: bool = False,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.data_dir = self.workdir / "data"
+        self.port = port or free_port()
+        self.secure_port = free_port() if tls else None
+        self.heap_mb = heap_mb
+        self.startup_timeout_s = startup_timeout_s
+        self.tls = TlsFiles.create(self.workdir / "tls") if tls else None
+        self.log_path = self.workdir / "server.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def hosts(self) -> str:
+        """The plain client address, ``127.0.0.1:<port>``."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def secure_hosts(self) -> str:
+        """The TLS client address (only with ``tls=True``)."""
+        if self.secure_port is None:
+            raise RuntimeError("this server was created without tls=True")
+        return f"127.0.0.1:{self.secure_port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return None if self._process is None else self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _config_lines(self) -> list[str]:
+        """This server's settings (an ensemble would add its ``server.N`` lines)."""
+        lines = [
+            "tickTime=2000",
+            f"dataDir={self.data_dir}",
+            f"clientPort={self.port}",
+            "clientPortAddress=127.0.0.1",
+            "maxClientCnxns=0",
+            "admin.enableServer=false",
+            f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
+            # Short sessions let tests expire sessions quickly if they ask for it.
+            "minSessionTimeout=1000",
+        ]
+        if self.tls is not None:
+            lines += [
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                f"secureClientPort={self.secure_port}",
+                "secureClientPortAddress=127.0.0.1",
+                f"ssl.keyStore.location={self._keystore_pem()}",
+                "ssl.keyStore.type=PEM",
+                f"ssl.trustStore.location={self.tls.ca}",
+                "ssl.trustStore.type=PEM",
+                "ssl.clientAuth=need",
+            ]
+        return lines
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "zoo.cfg"
+        config.write_text("\n".join(self._config_lines()) + "\n")
+        return config
+
+    def _keystore_pem(self) -> Path:
+        """ZooKeeper's PEM key store: the private key and the certificate in one file."""
+        assert self.tls is not None
+        combined = self.workdir / "tls" / "keystore.pem"
+        combined.write_text(
+            Path(self.tls.keyfile).read_text() + Path(self.tls.certfile).read_text()
+        )
+        return combined
+
+    def _command(self, config: Path) -> list[str]:
+        jars = [ZOOKEEPER_JAR, SLF4J_SIMPLE_JAR]
+        if self.tls is not None:
+            jars += [ZOOKEEPER_JAR.parent / name for name in NETTY_JARS]
+        return [
+            "java",
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            "-cp",
+            ":".join(str(j) for j in jars),
+            MAIN_CLASS,
+            str(config),
+        ]
+
+    def start(self) -> EmbeddedZooKeeper:
+        """Start the server (on the existing data directory, if any) and wait until it serves."""
+        for jar in (ZOOKEEPER_JAR, SLF4J_SIMPLE_JAR):
+            if not jar.exists():
+                raise ZooKeeperUnavailable(
+                    f"{jar} is missing: install Debian's zookeeper package (make zookeeper)"
+                )
+        with self._lock:
+            if self.running:
+                return self
+            command = self._command(self._write_config())
+            with self.log_path.open("ab") as log:
+                try:
+                    self._process = subprocess.Popen(
+                        command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                    )
+                except FileNotFoundError as exc:
+                    raise ZooKeeperUnavailable(f"cannot start java: {exc}") from None
+        self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        """Wait until the server answers ``srvr``; kill it if it does not in time."""
+        process = self._process
+        if process is None:
+            raise ZooKeeperUnavailable("ZooKeeper is not started")
+        try:
+            wait_until(
+                lambda: "Mode:" in self.four_letter_word("srvr"),
+                process,
+                self.startup_timeout_s,
+                "ZooKeeper did not answer",
+            )
+        except ProcessExited:
+            raise ZooKeeperUnavailable(
+                f"ZooKeeper exited with {process.returncode}; see {self.log_path}:\n"
+                + self._log_tail()
+            ) from None
+        except TimeoutError:
+            self.kill()
+            raise ZooKeeperUnavailable(
+                f"ZooKeeper did not answer within {self.startup_timeout_s}s; see {self.log_path}"
+            ) from None
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the server gracefully (SIGTERM), or kill it if it does not stop in time."""
+        with self._lock:
+            process, self._process = self._process, None
+        stop_processes([process], timeout_s)
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL, like a crash): nothing is flushed or closed."""
+        with self._lock:
+            process, self._process = self._process, None
+        kill_process(process)
+
+    def restart(self, *, hard: bool = True, down_s: float = 0.0) -> None:
+        """Kill (``hard``) or stop the server, wait ``down_s``, start it on the same data dir."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        if down_s:
+            time.sleep(down_s)
+        self.start()
+
+    def __enter__(self) -> EmbeddedZooKeeper:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def four_letter_word(self, word: str, timeout_s: float = 2.0) -> str:
+        """Send a four-letter command (``srvr``, ``ruok``, ``mntr``) and return the answer."""
+        return four_letter_word(self.port, word, timeout_s)
+
+    def expire_session(self, client: KazooClient, timeout_s: float = 15.0) -> None:
+        """Expire ``client``'s session for real (a second connection with its id and password,
+        closed: the server deletes its ephemerals; kazoo's own test helper only pretends), and
+        wait until the client has a new session."""
+        session_id, password = client.client_id
+        lost = threading.Event()
+
+        def on_state(state: KazooState) -> None:
+            if state == KazooState.LOST:
+                lost.set()
+
+        client.add_listener(on_state)
+        try:
+            evil = KazooClient(hosts=self.hosts, client_id=(session_id, password))
+            evil.start(timeout=timeout_s)
+            evil.stop()
+            evil.close()
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                current = client.client_id
+                if lost.is_set() and client.connected and current and current[0] != session_id:
+                    return
+                time.sleep(0.02)
+            raise TimeoutError(f"session 0x{session_id:x} did not expire within {timeout_s}s")
+        finally:
+            client.remove_listener(on_state)

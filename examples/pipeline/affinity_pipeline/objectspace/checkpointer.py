@@ -1,0 +1,191 @@
+"""Writing a checkpoint (see the package docstring, "Checkpoint" and "Deletion").
+
+For each key group, in order: delete the files an ``upto_batch`` load abandoned (newest first);
+if the key group is dirty, write **one** file (a delta, or a base when the compaction policy says
+so or there is no base yet), mark it clean, then delete the generation the write superseded at
+its previous checkpoint (base first). Imports :mod:`.compaction`, :mod:`.fileformat`,
+:mod:`.keygroup`, :mod:`.storage` and :mod:`.encoding`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from affinity_pipeline.objectspace.compaction import CompactionPolicy
+from affinity_pipeline.objectspace.encoding import ObjectSpaceError
+from affinity_pipeline.objectspace.fileformat import (
+    FILE_RE,
+    base_document,
+    delta_document,
+    file_name,
+)
+from affinity_pipeline.objectspace.keygroup import KeyGroup
+from affinity_pipeline.objectspace.storage import CheckpointStorage
+
+__all__ = ["CheckpointReport", "checkpoint_groups"]
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """What one :meth:`ObjectSpace.checkpoint` did.
+
+    ``bytes_written``: the sizes of the files written (deltas and bases). ``delta_bytes``: what
+    deltas alone would have written (the changes; compaction keeps ``bytes_written`` amortized
+    within ``(2 + 1/delta_ratio)`` of it). ``compacted``: key groups that wrote a base.
+    """
+
+    batch: int
+    bytes_written: int
+    files_written: int
+    key_groups_written: tuple[int, ...]
+    compacted: tuple[int, ...]
+    delta_bytes: int
+    files_deleted: int
+
+
+@dataclass
+class _Progress:
+    """What a checkpoint has done so far."""
+
+    written: list[int] = field(default_factory=list)
+    compacted: list[int] = field(default_factory=list)
+    bytes_written: int = 0
+    files_written: int = 0
+    delta_bytes: int = 0
+    files_deleted: int = 0
+
+    def report(self, batch: int) -> CheckpointReport:
+        return CheckpointReport(
+            batch=batch,
+            bytes_written=self.bytes_written,
+            files_written=self.files_written,
+            key_groups_written=tuple(self.written),
+            compacted=tuple(self.compacted),
+            delta_bytes=self.delta_bytes,
+            files_deleted=self.files_deleted,
+        )
+
+
+@dataclass(frozen=True)
+class _NextFile:
+    """The file a dirty key group writes: its name and bytes, and the delta's size."""
+
+    name: str
+    data: bytes
+    delta_size: int
+    compact: bool
+
+
+def checkpoint_groups(
+    storage: CheckpointStorage,
+    groups: Sequence[KeyGroup],
+    batch: int,
+    policy: CompactionPolicy,
+    max_parallelism: int,
+) -> CheckpointReport:
+    """Checkpoint ``groups`` (in key-group order) at ``batch``; see the module docstring."""
+    for group in groups:
+        if group._dirty and batch <= group._batch:
+            raise ObjectSpaceError(
+                f"key group {group.key_group} is already checkpointed at batch {group._batch}: "
+                f"cannot checkpoint batch {batch} (batches must increase)"
+            )
+    progress = _Progress()
+    for group in groups:
+        _checkpoint_group(storage, group, batch, policy, max_parallelism, progress)
+    return progress.report(batch)
+
+
+def _checkpoint_group(
+    storage: CheckpointStorage,
+    group: KeyGroup,
+    batch: int,
+    policy: CompactionPolicy,
+    max_parallelism: int,
+    progress: _Progress,
+) -> None:
+    _delete_abandoned(storage, group, progress)
+    if not group._dirty:
+        return
+    _claim(storage, group)
+    chain = group._chain
+    seq = chain.next_seq
+    next_file = _next_file(group, batch, policy, max_parallelism)
+    storage.create_file(group.key_group, next_file.name, next_file.data)
+    # committed: the key group is at ``batch`` on storage
+    group._written(batch)
+    chain.next_seq = seq + 1
+    to_delete = chain.superseded
+    if next_file.compact:
+        chain.superseded = chain.files
+        chain.files = [next_file.name]
+        chain.base_seq, chain.base_bytes = seq, len(next_file.data)
+        chain.delta_bytes = chain.delta_count = 0
+        progress.compacted.append(group.key_group)
+    else:
+        chain.superseded = []
+        chain.files.append(next_file.name)
+        chain.delta_bytes += len(next_file.data)
+        chain.delta_count += 1
+    progress.written.append(group.key_group)
+    progress.bytes_written += len(next_file.data)
+    progress.files_written += 1
+    progress.delta_bytes += next_file.delta_size
+    _delete_superseded(storage, group, to_delete, progress)
+
+
+def _delete_abandoned(storage: CheckpointStorage, group: KeyGroup, progress: _Progress) -> None:
+    """Newest first: what is left is always a consistent chain."""
+    chain = group._chain
+    while chain.abandoned:
+        storage.delete_file(group.key_group, chain.abandoned[0])
+        chain.abandoned.pop(0)
+        progress.files_deleted += 1
+
+
+def _claim(storage: CheckpointStorage, group: KeyGroup) -> None:
+    """A key group new in this space: its storage must hold no chain yet."""
+    chain = group._chain
+    if chain.known:
+        return
+    g = group.key_group
+    existing = [n for n in storage.list_files(g) if FILE_RE.match(n)]
+    if existing:
+        raise ObjectSpaceError(
+            f"key group {g} is new in this object space but storage already holds "
+            f"{storage.describe(g, existing[0])}: load it (ObjectSpace.load) instead"
+        )
+    chain.known = True
+
+
+def _next_file(
+    group: KeyGroup, batch: int, policy: CompactionPolicy, max_parallelism: int
+) -> _NextFile:
+    """The delta of the dirty objects, or a base when the policy says so (or there is none)."""
+    chain = group._chain
+    g, seq = group.key_group, chain.next_seq
+    delta = delta_document(g, seq, chain.base_seq, batch, group._delta_objects())
+    compact = chain.base_seq is None or policy.should_compact(
+        base_bytes=chain.base_bytes,
+        delta_bytes=chain.delta_bytes + len(delta),
+        delta_count=chain.delta_count + 1,
+    )
+    if not compact:
+        return _NextFile(file_name("delta", seq), delta, len(delta), compact=False)
+    base = base_document(g, seq, batch, max_parallelism, group._full_objects())
+    return _NextFile(file_name("base", seq), base, len(delta), compact=True)
+
+
+def _delete_superseded(
+    storage: CheckpointStorage, group: KeyGroup, to_delete: list[str], progress: _Progress
+) -> None:
+    """Base first: no base without its deltas. On failure the rest stays to delete."""
+    chain = group._chain
+    for index, old in enumerate(to_delete):
+        try:
+            storage.delete_file(group.key_group, old)
+        except BaseException:
+            chain.superseded = to_delete[index:] + chain.superseded
+            raise
+        progress.files_deleted += 1
