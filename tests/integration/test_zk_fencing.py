@@ -13,7 +13,7 @@ from zkserver import ZooKeeperServer
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.serde import dump_job_model
 from metadata.zk import FencedOut, LeaderEpoch, ZkMetadataStore
-from metadata.zk_chunks import split_blob
+from metadata.zk.chunks import split_blob
 
 pytestmark = pytest.mark.zk
 

@@ -14,7 +14,7 @@ from metadata.errors import CorruptDataError
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.serde import dump_job_model
 from metadata.zk import REQUEST_LIMIT, LeaderEpoch, NotFound, WriteConflict, ZkMetadataStore
-from metadata.zk_chunks import split_blob
+from metadata.zk.chunks import split_blob
 
 pytestmark = pytest.mark.zk
 

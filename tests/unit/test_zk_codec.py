@@ -14,7 +14,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 
 from metadata.errors import CorruptDataError
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
-from metadata.zk_chunks import (
+from metadata.zk.chunks import (
     Manifest,
     chunk_epoch,
     compress_view,
@@ -23,15 +23,15 @@ from metadata.zk_chunks import (
     split_blob,
     view_index,
 )
-from metadata.zk_jobmodels import losing_processors
-from metadata.zk_layout import (
+from metadata.zk.layout import (
     JobLayout,
     decode_name,
     encode_name,
     parse_int_name,
     processor_sequence,
 )
-from metadata.zk_multiread import MultiRead
+from metadata.zk.multiread import MultiRead
+from metadata.zk.recipe.jobmodels import losing_processors
 
 PATH = "/affinity/job-1/jobModels/3"
 

@@ -28,11 +28,11 @@ from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from metadata.errors import CorruptDataError
-from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
-from metadata.zk_errors import NodeExists, NotFound, TransactionRejected, WriteConflict
-from metadata.zk_layout import JobLayout, decode_name, encode_name
-from metadata.zk_ops import Op, ZkOps
-from metadata.zk_watch import Watch
+from metadata.zk.errors import NodeExists, NotFound, TransactionRejected, WriteConflict
+from metadata.zk.layout import JobLayout, decode_name, encode_name
+from metadata.zk.ops import Op, ZkOps
+from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
+from metadata.zk.watch import Watch
 
 __all__ = ["DONE", "NEW", "STATES", "TIMED_OUT", "Barriers"]
 

@@ -22,10 +22,10 @@ from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from metadata.errors import CorruptDataError
-from metadata.zk_errors import NotFound
-from metadata.zk_layout import PROCESSOR_PREFIX, JobLayout, processor_sequence
-from metadata.zk_ops import ZkOps
-from metadata.zk_watch import Watch
+from metadata.zk.errors import NotFound
+from metadata.zk.layout import PROCESSOR_PREFIX, JobLayout, processor_sequence
+from metadata.zk.ops import ZkOps
+from metadata.zk.watch import Watch
 
 __all__ = ["ProcessorRegistration", "ProcessorRegistry"]
 

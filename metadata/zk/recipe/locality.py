@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from kazoo.protocol.states import ZnodeStat
 
 from metadata.errors import CorruptDataError
-from metadata.zk_errors import NotFound, WriteConflict
-from metadata.zk_layout import JobLayout, decode_name
-from metadata.zk_ops import Op, ZkOps
+from metadata.zk.errors import NotFound, WriteConflict
+from metadata.zk.layout import JobLayout, decode_name
+from metadata.zk.ops import Op, ZkOps
 
 __all__ = ["TaskLocalityStore"]
 

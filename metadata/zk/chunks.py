@@ -16,8 +16,8 @@ Manifest (the data of ``jobModels/<version>``), format 1::
 ``views`` (optional; absent = none) are *container views*: the containers of the model spread over
 ``len(views)`` small nodes by :func:`view_index` of the processor id, each node a compressed job
 model holding only its containers. A processor reads the one view node that holds its own
-container instead of the whole model (see :mod:`metadata.zk_jobmodels`). Readers that do not know
-views ignore the field.
+container instead of the whole model (see :mod:`metadata.zk.recipe.jobmodels`). Readers that do
+not know views ignore the field.
 
 ``base`` and ``losing`` (optional, together): the version the model was planned against (the one in
 force) and the processors that lose a task against it (or are not in the model). A processor

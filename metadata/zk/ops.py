@@ -8,7 +8,7 @@
   request timeout, not connected) with tenacity: exponential back-off up to 1 s, at most
   ``max_attempts`` attempts and ``retry_deadline_s`` seconds, each retry logged; then raises
   :class:`StoreUnavailable`;
-- maps every other kazoo error to a :class:`~metadata.zk_errors.ZkStoreError` naming the path
+- maps every other kazoo error to a :class:`~metadata.zk.errors.ZkStoreError` naming the path
   (``NoAuth`` -> :class:`PermissionDenied`, ``NoNode`` -> :class:`NotFound`, ...);
 - refuses, before sending, any request ZooKeeper would reject for its size (ZooKeeper reports
   those as a lost connection, which would otherwise be retried forever): :class:`NodeTooLarge`;
@@ -51,7 +51,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
-from metadata.zk_errors import (
+from metadata.zk.errors import (
     NodeExists,
     NodeTooLarge,
     NotFound,
@@ -63,7 +63,7 @@ from metadata.zk_errors import (
     WriteConflict,
     ZkStoreError,
 )
-from metadata.zk_multiread import send_multi_read
+from metadata.zk.multiread import send_multi_read
 
 __all__ = ["REQUEST_LIMIT", "SAFE_REQUEST_BYTES", "Op", "ZkOps"]
 
@@ -305,7 +305,7 @@ class ZkOps:
         self, paths: Iterable[str], what: str, parent: str, *, large: bool = False
     ) -> dict[str, tuple[bytes, ZnodeStat] | None]:
         """Read many nodes; None = missing. Small nodes go ``read_batch`` to a multiRead request
-        (see :mod:`metadata.zk_multiread`); ``large`` nodes (job-model chunks) one request each,
+        (see :mod:`metadata.zk.multiread`); ``large`` nodes (job-model chunks) one request each,
         pipelined, so no answer grows beyond ZooKeeper's limit."""
         wanted = list(paths)
         if not wanted:

@@ -15,9 +15,9 @@ import contextlib
 from dataclasses import dataclass
 
 from metadata.errors import CorruptDataError
-from metadata.zk_errors import FencedOut, NodeExists, VersionMismatch, WriteConflict
-from metadata.zk_layout import JobLayout
-from metadata.zk_ops import Op, ZkOps
+from metadata.zk.errors import FencedOut, NodeExists, VersionMismatch, WriteConflict
+from metadata.zk.layout import JobLayout
+from metadata.zk.ops import Op, ZkOps
 
 __all__ = ["LeaderEpoch", "LeaderEpochs"]
 

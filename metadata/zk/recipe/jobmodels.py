@@ -8,7 +8,7 @@ Publishing version v (a leader write, every step fenced by the leader epoch):
 3. the job-model JSON (format 1) is compressed and split into chunks of at most ``chunk_size``
    bytes, each created as ``jobModels/<v>/e<epoch>-<i>`` in its own fenced transaction;
    Then the *container views*: the containers spread over a few small nodes by processor id
-   (:func:`~metadata.zk_chunks.view_index`), each a compressed job model holding only its
+   (:func:`~metadata.zk.chunks.view_index`), each a compressed job model holding only its
    containers, about ``VIEW_TARGET_BYTES`` each, so that a processor reads its own tasks without
    fetching and decoding the whole model (at T=10,000 and P=100: one node of a few KB instead of
    the whole model). The views are created in as few fenced transactions as fit;
@@ -45,8 +45,7 @@ from metadata.serde import (
     load_container,
     load_job_model_document,
 )
-from metadata.zk_barriers import Barriers
-from metadata.zk_chunks import (
+from metadata.zk.chunks import (
     ChunkRef,
     Manifest,
     chunk_epoch,
@@ -56,11 +55,12 @@ from metadata.zk_chunks import (
     split_blob,
     view_index,
 )
-from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
-from metadata.zk_errors import FencedOut, NotFound, TransactionRejected, WriteConflict, ZkStoreError
-from metadata.zk_layout import BARRIER_PREFIX, JobLayout, parse_int_name
-from metadata.zk_ops import Op, ZkOps
-from metadata.zk_watch import Watch
+from metadata.zk.errors import FencedOut, NotFound, TransactionRejected, WriteConflict, ZkStoreError
+from metadata.zk.layout import BARRIER_PREFIX, JobLayout, parse_int_name
+from metadata.zk.ops import Op, ZkOps
+from metadata.zk.recipe.barriers import Barriers
+from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
+from metadata.zk.watch import Watch
 
 __all__ = ["LOSING_LIMIT", "VIEW_TARGET_BYTES", "JobModelStore", "losing_processors"]
 

@@ -1,0 +1,1 @@
+"""ZooKeeper recipes of one job, one module and one class each (as kazoo's recipes)."""
