@@ -9,15 +9,19 @@ rebalances are skipped by equality) and used in sets (a grouper returns ``set[Co
 - ``ContainerModel``: the tasks one processor runs, and where that processor is.
 - ``JobModel``: one version of the whole assignment, plus the config it was made from.
 - ``StreamInput``: a job input as configured (``system``, ``stream``, partition count).
+- ``BarrierState``: the state of the barrier of a job-model version (``NEW``, ``DONE``,
+  ``TIMED_OUT``); the one spelling of it everywhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 
 __all__ = [
+    "BarrierState",
     "ContainerModel",
     "FrozenMap",
     "JobModel",
@@ -186,3 +190,15 @@ class StreamInput:
             raise ValueError("system and stream must not be empty")
         if self.partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+
+
+class BarrierState(StrEnum):
+    """The state of barrier v (``barriers/barrier_<v>/state``): created ``NEW`` with job model v,
+    then decided once by the leader, ``DONE`` (every expected processor joined) or ``TIMED_OUT``.
+
+    A ``StrEnum``: each member equals its stored text (``BarrierState.DONE == "DONE"``).
+    """
+
+    NEW = "NEW"
+    DONE = "DONE"
+    TIMED_OUT = "TIMED_OUT"

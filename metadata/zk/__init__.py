@@ -2,10 +2,22 @@
 barriers, leader epoch and checkpoints, in the layout of DESIGN.md ("ZooKeeper layout").
 
 ``from metadata.zk import connect, ZkMetadataStore`` is the entry point; every error the store
-raises, the layout and the barrier states are re-exported here too.
+raises, the layout, the barrier states (``NEW``/``DONE``/``TIMED_OUT``: aliases of
+:class:`~metadata.model.BarrierState`) and the recipes' value types are re-exported here.
+
+Holds the plumbing, one concern a module: ``client`` (connect, ACLs), ``store``
+(:class:`ZkMetadataStore`, which holds the recipes), ``ops`` (every ZooKeeper call: retries,
+sizes, counters), ``retry`` (the retry loop, kazoo -> store errors), ``transaction`` (operations,
+batching), ``multiread`` (many reads at once), ``fenced`` (leader writes fenced by the epoch),
+``errors``, ``layout`` (paths), ``watch``, ``chunks`` (the chunked, compressed job-model codec);
+and the recipes in :mod:`metadata.zk.recipe`.
+
+May import ``metadata.model``, ``metadata.serde``, ``metadata.errors``, ``metadata.checkpoints``,
+kazoo and the libraries it needs; never ``coordinator``, ``groupers`` or ``locality``.
 """
 
 from metadata.checkpoints import PartitionCheckpoint
+from metadata.model import BarrierState
 from metadata.zk.chunks import Manifest
 from metadata.zk.client import ancestor_acl, connect, job_acl
 from metadata.zk.errors import (
@@ -24,11 +36,23 @@ from metadata.zk.errors import (
 )
 from metadata.zk.layout import JobLayout
 from metadata.zk.ops import REQUEST_LIMIT, SAFE_REQUEST_BYTES
-from metadata.zk.recipe.barriers import DONE, NEW, TIMED_OUT
-from metadata.zk.recipe.epoch import LeaderEpoch
-from metadata.zk.recipe.processors import ProcessorRegistration
+from metadata.zk.recipe import (
+    Barriers,
+    CheckpointStore,
+    JobModelStore,
+    LeaderEpoch,
+    LeaderEpochs,
+    ProcessorRegistration,
+    ProcessorRegistry,
+    TaskLocalityStore,
+)
 from metadata.zk.store import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, ZkMetadataStore
 from metadata.zk.watch import Watch
+
+#: The barrier states, as they were spelled before :class:`BarrierState` (the same members).
+NEW = BarrierState.NEW
+DONE = BarrierState.DONE
+TIMED_OUT = BarrierState.TIMED_OUT
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -38,10 +62,15 @@ __all__ = [
     "REQUEST_LIMIT",
     "SAFE_REQUEST_BYTES",
     "TIMED_OUT",
+    "BarrierState",
+    "Barriers",
+    "CheckpointStore",
     "CorruptDataError",
     "FencedOut",
     "JobLayout",
+    "JobModelStore",
     "LeaderEpoch",
+    "LeaderEpochs",
     "Manifest",
     "NodeExists",
     "NodeTooLarge",
@@ -49,8 +78,10 @@ __all__ = [
     "PartitionCheckpoint",
     "PermissionDenied",
     "ProcessorRegistration",
+    "ProcessorRegistry",
     "SessionLost",
     "StoreUnavailable",
+    "TaskLocalityStore",
     "TransactionRejected",
     "VersionMismatch",
     "Watch",

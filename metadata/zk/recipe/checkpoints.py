@@ -67,7 +67,17 @@ def _lost_race(exc: TransactionRejected) -> bool:
 
 
 class CheckpointStore:
-    """Reads and writes the checkpoints of one job (see the module docstring)."""
+    """Reads and writes the checkpoints of one job (see the module docstring).
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
+
+        events_3 = SystemStreamPartition("kafka", "events", 3)
+        store.checkpoints.write(events_3, 1, 120)          # the whole partition (factor 1)
+        bucket = SystemStreamPartition("kafka", "events", 3, key_bucket=1)
+        store.checkpoints.read(bucket, 4)                  # 120: a split inherits
+        store.checkpoints.read_all()                       # {events_3: PartitionCheckpoint(...)}
+
+    """
 
     def __init__(
         self,

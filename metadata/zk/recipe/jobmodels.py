@@ -6,12 +6,10 @@ Publishing version v (a leader write, every step fenced by the leader epoch):
 2. ``jobModels/<v>`` is created empty (the folder of the chunks; empty = not committed), and the
    leftovers of an earlier uncommitted attempt of an epoch not newer than ours are removed;
 3. the job-model JSON (format 1) is compressed and split into chunks of at most ``chunk_size``
-   bytes, each created as ``jobModels/<v>/e<epoch>-<i>`` in its own fenced transaction;
-   Then the *container views*: the containers spread over a few small nodes by processor id
-   (:func:`~metadata.zk.chunks.view_index`), each a compressed job model holding only its
-   containers, about ``VIEW_TARGET_BYTES`` each, so that a processor reads its own tasks without
-   fetching and decoding the whole model (at T=10,000 and P=100: one node of a few KB instead of
-   the whole model). The views are created in as few fenced transactions as fit;
+   bytes, each created as ``jobModels/<v>/e<epoch>-<i>`` in its own fenced transaction; then the
+   *container views* (:func:`~metadata.zk.chunks.container_views`: a processor reads its own
+   tasks from one node of a few KB instead of the whole model), in as few fenced transactions as
+   fit;
 4. ONE fenced transaction commits it: check the epoch, check every chunk and view, set the
    manifest into ``jobModels/<v>`` (the commit marker), set ``jobModelVersion`` to v (conditional
    on the version read in step 1), create barrier v (state NEW, expecting the participants).
@@ -19,50 +17,42 @@ Publishing version v (a leader write, every step fenced by the leader epoch):
 Readers follow ``jobModelVersion`` only and read the manifest before the chunks, so they never see
 a half-written model: until step 4 commits, nothing points at the new chunks.
 :meth:`JobModelStore.read_container` reads the manifest and one view (or, for a model published
-without views, the whole model). After a commit,
-versions and barriers older than the newest ``retention`` versions are removed (fenced, best
-effort: a failure there is logged and retried after the next publish).
+without views, the whole model). After a commit, versions and barriers older than the newest
+``retention`` versions are removed (fenced, best effort: a failure there is logged and retried
+after the next publish); :meth:`JobModelStore.remove_below` is that deletion as a primitive.
+The chunks and views are written by :class:`~metadata.zk.fenced.PartWriter`.
 """
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from collections.abc import Callable, Collection
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 
 import orjson
-from kazoo.exceptions import NodeExistsError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
-from metadata.errors import CorruptDataError, JobModelFormatError
+from metadata.errors import CorruptDataError
 from metadata.model import ContainerModel, JobModel
-from metadata.serde import (
-    JobModelDocument,
-    job_model_to_dict,
-    load_container,
-    load_job_model_document,
-)
+from metadata.serde import JobModelDocument, job_model_to_dict
 from metadata.zk.chunks import (
     ChunkRef,
     Manifest,
-    chunk_epoch,
-    compress_view,
-    decompress_view,
-    join_blob,
+    container_views,
+    decode_document,
+    decode_view,
     split_blob,
     view_index,
 )
 from metadata.zk.errors import FencedOut, NotFound, TransactionRejected, WriteConflict, ZkStoreError
-from metadata.zk.layout import BARRIER_PREFIX, JobLayout, parse_int_name
+from metadata.zk.fenced import Fence, PartWriter
+from metadata.zk.layout import JobLayout, parse_int_name
 from metadata.zk.ops import Op, ZkOps
 from metadata.zk.recipe.barriers import Barriers
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk.watch import Watch
 
-__all__ = ["LOSING_LIMIT", "VIEW_TARGET_BYTES", "JobModelStore", "losing_processors"]
+__all__ = ["LOSING_LIMIT", "JobModelStore", "losing_processors"]
 
 #: A manifest lists at most this many losing processors (else none: everyone reads first).
 LOSING_LIMIT = 2000
@@ -81,13 +71,28 @@ def losing_processors(previous: JobModel, model: JobModel) -> tuple[str, ...]:
     return tuple(sorted(losing))
 
 
-#: About how many compressed bytes one container view holds (the number of views is the whole
-#: model's compressed size over this, at most one per container).
-VIEW_TARGET_BYTES = 2 * 1024
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    """A job model ready to store: its JSON, manifest, chunks and container views."""
+
+    raw: bytes
+    manifest: Manifest
+    chunks: list[tuple[str, bytes]]
+    views: list[tuple[ChunkRef, bytes]]
 
 
 class JobModelStore:
-    """Publishes and reads the versioned job models of one job."""
+    """Publishes, reads and removes the versioned job models of one job.
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
+
+        epoch = store.epochs.acquire()
+        store.job_models.publish(model, epoch=epoch, participants=model.containers)
+        latest = store.job_models.read_latest()              # the model just published
+        mine = store.job_models.read_container(model.version, "p-1")
+        store.job_models.remove_below(model.version - 9, epoch=epoch)
+
+    """
 
     def __init__(
         self,
@@ -135,6 +140,11 @@ class JobModelStore:
         found = self._ops.get(self._layout.job_model_version, "read job model version")
         return None if found is None else self._parse_version(found[0])
 
+    def versions(self) -> list[int]:
+        """The versions stored under ``jobModels/``, sorted (committed or not)."""
+        names = self._ops.children(self._layout.job_models, "list job models") or []
+        return sorted(v for v in map(parse_int_name, names) if v is not None)
+
     def watch_version(self, callback: Callable[[int | None], None]) -> Watch:
         """Call ``callback(latest version or None)`` now and on every change."""
         path = self._layout.job_model_version
@@ -168,14 +178,48 @@ class JobModelStore:
         """Publish ``model`` as version ``model.version`` with barrier v expecting ``participants``;
         then, if ``retention``, remove the versions beyond the retention (best effort).
 
-        ``previous``: the model in force, if known; the manifest then lists the processors that
-        lose a task against it (``base``, ``losing``), so the others can join the barrier at once.
+        ``retention``: the coordinator passes False and calls :meth:`remove_old_versions` once
+        the barrier is decided, so the deletes do not compete with the processors reading the new
+        version. ``previous``: the model in force, if known; the manifest then lists the
+        processors that lose a task against it (``base``, ``losing``), so the others can join
+        the barrier at once.
 
         Raises :class:`FencedOut` if ``epoch`` is no longer in force (nothing becomes visible),
         :class:`WriteConflict` if the version is not above the latest or another publish won.
         """
         version = model.version
         what = f"publish job model {version}"
+        version_stat = self._check_publishable(version, epoch, what)
+        encoded = self._encode(model, grouper=grouper, epoch=epoch.epoch, previous=previous)
+        fence = self._epochs.fence(epoch)
+        model_path = self._layout.job_model(version)
+        views = [(ref.name, data) for ref, data in encoded.views]
+        folder, checks = PartWriter(fence, what).write(version, model_path, encoded.chunks, views)
+        pointer = str(version).encode()
+        commit = [
+            Op("set", model_path, encoded.manifest.to_bytes(), version=folder.version),
+            Op("set", self._layout.job_model_version, pointer, version=version_stat.version),
+            *self._barriers.create_ops(version, participants),
+            *checks,
+        ]
+        self._commit(version, encoded.manifest, fence, commit, what)
+        self._ops.log.info(
+            "zk.job_model_published",
+            version=version,
+            epoch=epoch.epoch,
+            processors=len(model.containers),
+            tasks=sum(len(c.tasks) for c in model.containers.values()),
+            json_bytes=len(encoded.raw),
+            stored_bytes=encoded.manifest.size,
+            chunks=len(encoded.chunks),
+            views=len(encoded.views),
+        )
+        if retention:
+            self._remove_old_versions_best_effort(version, epoch)
+
+    def _check_publishable(self, version: int, epoch: LeaderEpoch, what: str) -> ZnodeStat:
+        """Step 1, writing nothing: ``epoch`` is in force and ``version`` above the latest;
+        returns the stat of ``jobModelVersion`` (the commit sets it conditionally)."""
         self._epochs.ensure_holds(epoch, what)
         latest, version_stat = self._read_version()
         if latest is not None and version <= latest:
@@ -183,187 +227,82 @@ class JobModelStore:
                 self._layout.job_model_version,
                 f"{what}: version {version} is not above the latest published version {latest}",
             )
+        return version_stat
+
+    def _encode(
+        self, model: JobModel, *, grouper: str, epoch: int, previous: JobModel | None
+    ) -> _Encoded:
+        """The job-model JSON, compressed into chunks, its container views and its manifest
+        (naming the losing processors when ``previous`` is known)."""
         document = job_model_to_dict(model, run_id=self._run_id, grouper=grouper)
         raw = orjson.dumps(document)
         manifest, chunks = split_blob(
-            raw, version=version, epoch=epoch.epoch, chunk_size=self._chunk_size, level=self._level
+            raw, version=model.version, epoch=epoch, chunk_size=self._chunk_size, level=self._level
         )
-        views = self._views(
-            model, document, epoch=epoch.epoch, first_index=len(chunks), size=manifest.size
+        views = container_views(
+            document,
+            epoch=epoch,
+            first_index=len(chunks),
+            size=manifest.size,
+            chunk_size=self._chunk_size,
         )
+        too_big = next((len(data) for _, data in views if len(data) > self._chunk_size), None)
+        if too_big is not None:  # readers then read the whole model
+            self._ops.log.warning("zk.views_skipped", version=model.version, view_bytes=too_big)
+            views = []
         if views:
             manifest = replace(manifest, views=tuple(ref for ref, _ in views))
-        if previous is not None and previous.version < version:
+        if previous is not None and previous.version < model.version:
             losing = losing_processors(previous, model)
             if len(losing) <= LOSING_LIMIT:
                 manifest = replace(manifest, base=previous.version, losing=losing)
-        guard = self._epochs.guard(epoch)
-        model_path = self._layout.job_model(version)
-        folder = self._prepare_folder(version, epoch, what)
-        checks = []
-        for name, data in chunks:
-            chunk_path = f"{model_path}/{name}"
-            checks.append(
-                Op("check", chunk_path, version=self._write_chunk(chunk_path, data, epoch, what))
-            )
-        views_written = self._write_views(
-            model_path, [(ref.name, data) for ref, data in views], epoch, what
-        )
-        checks += [
-            Op("check", f"{model_path}/{name}", version=node_version)
-            for name, node_version in views_written
-        ]
-        commit = [
-            guard,
-            Op("set", model_path, manifest.to_bytes(), version=folder.version),
-            Op(
-                "set",
-                self._layout.job_model_version,
-                str(version).encode(),
-                version=version_stat.version,
-            ),
-            *self._barriers.create_ops(version, participants),
-            *checks,
-        ]
+        return _Encoded(raw, manifest, chunks, views)
+
+    def _commit(
+        self, version: int, manifest: Manifest, fence: Fence, ops: Sequence[Op], what: str
+    ) -> None:
+        """Step 4: the one fenced transaction that makes version ``version`` visible. A refusal
+        after our own commit went through (its answer lost) is success."""
         try:
-            self._ops.commit(commit, what)
+            self._ops.commit([fence.guard, *ops], what)
         except TransactionRejected as exc:
             if self._committed(version, manifest):
                 self._ops.log.info("zk.publish_answer_lost_but_committed", version=version)
             elif exc.index == 0:
-                raise self._epochs.fenced_out(epoch, what) from None
+                raise fence.refused(what) from None
             else:
                 raise WriteConflict(exc.path, f"{what}: {exc.problem}") from exc
-        self._ops.log.info(
-            "zk.job_model_published",
-            version=version,
-            epoch=epoch.epoch,
-            processors=len(model.containers),
-            tasks=sum(len(c.tasks) for c in model.containers.values()),
-            json_bytes=len(raw),
-            stored_bytes=manifest.size,
-            chunks=len(chunks),
-            views=len(views),
-        )
-        if retention:
-            self.remove_old_versions_best_effort(version, epoch)
-
-    def _fenced(self, ops: list[Op], epoch: LeaderEpoch, what: str) -> None:
-        try:
-            self._ops.commit([self._epochs.guard(epoch), *ops], what)
-        except TransactionRejected as exc:
-            if exc.index == 0:
-                raise self._epochs.fenced_out(epoch, what) from None
-            raise
-
-    def _prepare_folder(self, version: int, epoch: LeaderEpoch, what: str) -> ZnodeStat:
-        """Create ``jobModels/<v>`` (empty = uncommitted) or clean an abandoned attempt in it."""
-        path = self._layout.job_model(version)
-        found = self._ops.get(path, what)
-        if found is None:
-            try:
-                self._fenced([Op("create", path, b"")], epoch, what)
-            except TransactionRejected as exc:
-                if not isinstance(exc.error, NodeExistsError):
-                    raise  # created meanwhile (by us, answer lost, or another leader) is fine
-            found = self._ops.get(path, what)
-            if found is None:
-                raise WriteConflict(path, f"{what}: the version folder vanished while writing")
-        data, stat = found
-        if data:
-            raise WriteConflict(path, f"{what}: version {version} is already committed")
-        stale = []
-        for name in self._ops.children(path, what) or []:
-            owner = chunk_epoch(name)
-            if owner is not None and owner <= epoch.epoch:
-                stale.append(Op("delete", f"{path}/{name}"))
-        if stale:
-            self._ops.log.info("zk.abandoned_chunks_removed", version=version, chunks=len(stale))
-            try:
-                self._ops.commit_batched(stale, what, guards=[self._epochs.guard(epoch)])
-            except TransactionRejected as exc:
-                if exc.index == 0:
-                    raise self._epochs.fenced_out(epoch, what) from None
-                raise
-        return stat
-
-    def _views(
-        self, model: JobModel, document: dict[str, Any], *, epoch: int, first_index: int, size: int
-    ) -> list[tuple[ChunkRef, bytes]]:
-        """The container views of ``model`` (none if it has no containers, or if a view would
-        not fit in one chunk: readers then read the whole model). ``document`` is the model's
-        format-1 dict, whose container entries the views share."""
-        if not model.containers:
-            return []
-        # Views are compressed faster (level 1, larger) and spread by a hash (uneven): aim well
-        # below the chunk size.
-        target = min(VIEW_TARGET_BYTES, max(1, self._chunk_size // 4))
-        count = min(len(model.containers), max(1, math.ceil(size / target)))
-        groups: dict[int, dict[str, Any]] = defaultdict(dict)
-        containers = document["containers"]
-        for pid in model.containers:
-            groups[view_index(pid, count)][pid] = containers[pid]
-        views = []
-        for index in range(count):
-            part = {
-                "format": document["format"],
-                "version": model.version,
-                "run_id": self._run_id,
-                "containers": dict(sorted(groups.get(index, {}).items())),
-            }
-            ref, data = compress_view(
-                orjson.dumps(part), epoch=epoch, index=first_index + index, level=1
-            )
-            if len(data) > self._chunk_size:
-                self._ops.log.warning(
-                    "zk.views_skipped", version=model.version, view_bytes=len(data)
-                )
-                return []
-            views.append((ref, data))
-        return views
-
-    def _write_views(
-        self, folder: str, chunks: list[tuple[str, bytes]], epoch: LeaderEpoch, what: str
-    ) -> list[tuple[str, int]]:
-        """Create the (small) view nodes under ``folder`` in as few fenced transactions as fit;
-        returns each one's name and znode version. A node left by our own earlier attempt (its
-        answer lost) is overwritten one by one."""
-        if not chunks:
-            return []
-        ops = [Op("create", f"{folder}/{name}", data) for name, data in chunks]
-        try:
-            self._ops.commit_batched(ops, what, guards=[self._epochs.guard(epoch)])
-            return [(name, 0) for name, _ in chunks]
-        except TransactionRejected as exc:
-            if exc.index == 0:
-                raise self._epochs.fenced_out(epoch, what) from None
-            if not isinstance(exc.error, NodeExistsError):
-                raise
-        return [
-            (name, self._write_chunk(f"{folder}/{name}", data, epoch, what))
-            for name, data in chunks
-        ]
-
-    def _write_chunk(self, path: str, data: bytes, epoch: LeaderEpoch, what: str) -> int:
-        """Create one chunk (fenced); returns its znode version."""
-        try:
-            self._fenced([Op("create", path, data)], epoch, what)
-            return 0
-        except TransactionRejected as exc:
-            if not isinstance(exc.error, NodeExistsError):
-                raise
-        # Our own earlier attempt created it (its answer was lost): overwrite it.
-        found = self._ops.get(path, what)
-        if found is None:
-            raise WriteConflict(path, f"{what}: a chunk vanished while writing it")
-        self._fenced([Op("set", path, data, version=found[1].version)], epoch, what)
-        return int(found[1].version) + 1
 
     def _committed(self, version: int, manifest: Manifest) -> bool:
         found = self._ops.get(self._layout.job_model(version), "verify publish")
         return found is not None and found[0] == manifest.to_bytes()
 
     # ---------------------------------------------------------------- reading
+
+    def read(self, version: int) -> JobModel:
+        """Job model ``version`` (NotFound if it is not committed)."""
+        return self.read_document(version).model
+
+    def read_latest(self) -> JobModel | None:
+        """The latest committed job model, or None if none was published yet."""
+        document = self.read_latest_document()
+        return None if document is None else document.model
+
+    def read_latest_document(self) -> JobModelDocument | None:
+        """The latest committed job model with its run id and grouper, or None if none was
+        published yet. A version removed by retention while reading it (a newer one was
+        published meanwhile) is followed to the newer one, a few times at most."""
+        for _ in range(3):
+            version = self.latest_version()
+            if version is None:
+                return None
+            try:
+                return self.read_document(version)
+            except NotFound:
+                if self.latest_version() == version:
+                    raise
+                # a newer version was published and retention removed this one meanwhile
+        raise WriteConflict(self._layout.job_model_version, "the latest version kept moving")
 
     def read_document(self, version: int) -> JobModelDocument:
         """Job model ``version`` with its run id and grouper; NotFound if it is not committed."""
@@ -375,14 +314,7 @@ class JobModelStore:
         for name, chunk_path in paths.items():
             entry = chunks.get(chunk_path)
             data[name] = None if entry is None else entry[0]
-        raw = join_blob(manifest, data, path=path)
-        try:
-            document = load_job_model_document(raw)
-        except JobModelFormatError as exc:
-            raise CorruptDataError(path, f"job model: {exc}") from None
-        if document.model.version != version:
-            raise CorruptDataError(path, f"holds job model version {document.model.version}")
-        return document
+        return decode_document(manifest, data, path=path)
 
     def read_manifest(self, version: int) -> Manifest:
         """The manifest of committed job model ``version`` (NotFound if not committed)."""
@@ -414,18 +346,47 @@ class JobModelStore:
         ref = manifest.views[view_index(processor_id, len(manifest.views))]
         view_path = f"{path}/{ref.name}"
         view = self._ops.get(view_path, f"read container view of job model {version}")
-        raw = decompress_view(ref, None if view is None else view[0], path=view_path)
-        try:
-            held, container = load_container(raw, processor_id)
-        except JobModelFormatError as exc:
-            raise CorruptDataError(view_path, f"container view: {exc}") from None
-        if held != version:
-            raise CorruptDataError(view_path, f"holds job model version {held}")
-        return container
+        data = None if view is None else view[0]
+        return decode_view(ref, data, processor_id, path=view_path, version=version)
 
     # ---------------------------------------------------------------- retention
 
-    def remove_old_versions_best_effort(self, version: int, epoch: LeaderEpoch) -> None:
+    def remove_below(self, version: int, *, epoch: LeaderEpoch) -> int:
+        """Delete the job models (with their chunks and views) and the barriers of every version
+        below ``version``, fenced by ``epoch``; returns the number of nodes deleted.
+
+        The deletes go in as few transactions as fit, each fenced: :class:`FencedOut` once
+        ``epoch`` moved on (the batches before it stay applied)."""
+        ops: list[Op] = []
+        removed = [old for old in self.versions() if old < version]
+        for old in removed:
+            path = self._layout.job_model(old)
+            ops += [
+                Op("delete", f"{path}/{c}") for c in self._ops.children(path, "list chunks") or []
+            ]
+            ops.append(Op("delete", path))
+        for old in self._barriers.versions():
+            if old < version:
+                ops += self._barriers.delete_ops(old)
+        if not ops:
+            return 0
+        deleted = self._epochs.fence(epoch).commit_batched(ops, "remove old job models")
+        self._ops.log.info(
+            "zk.retention", removed_versions=removed, nodes=deleted, kept_from=version
+        )
+        return deleted
+
+    def remove_old_versions(self, *, epoch: LeaderEpoch, latest: int | None = None) -> int:
+        """Apply retention now (publish does it too): :meth:`remove_below` the oldest of the
+        newest ``retention`` versions up to ``latest`` (default: the latest published);
+        returns the nodes deleted."""
+        if latest is None:
+            latest = self.latest_version()
+            if latest is None:
+                return 0
+        return self.remove_below(latest - self._retention + 1, epoch=epoch)
+
+    def _remove_old_versions_best_effort(self, version: int, epoch: LeaderEpoch) -> None:
         """Retention after ``version``; a failure is logged (and retried after the next one)."""
         try:
             self.remove_old_versions(epoch=epoch, latest=version)
@@ -433,45 +394,5 @@ class JobModelStore:
             self._ops.log.warning(
                 "zk.retention_skipped_fenced_out", version=version, error=str(exc)
             )
-        except (WriteConflict, NotFound, ZkStoreError) as exc:
+        except ZkStoreError as exc:  # WriteConflict, NotFound, StoreUnavailable, ...
             self._ops.log.warning("zk.retention_failed", version=version, error=str(exc))
-
-    def remove_old_versions(self, *, epoch: LeaderEpoch, latest: int) -> int:
-        """Remove job models and barriers older than the newest ``retention`` versions (fenced);
-        returns the number of nodes deleted."""
-        keep_from = latest - self._retention + 1
-        ops: list[Op] = []
-        removed: list[int] = []
-        for name in self._ops.children(self._layout.job_models, "list job models") or []:
-            old = parse_int_name(name)
-            if old is None or old >= keep_from:
-                continue
-            removed.append(old)
-            path = self._layout.job_model(old)
-            ops += [
-                Op("delete", f"{path}/{c}") for c in self._ops.children(path, "list chunks") or []
-            ]
-            ops.append(Op("delete", path))
-        for name in self._ops.children(self._layout.barriers, "list barriers") or []:
-            old = (
-                parse_int_name(name.removeprefix(BARRIER_PREFIX))
-                if name.startswith(BARRIER_PREFIX)
-                else None
-            )
-            if old is None or old >= keep_from:
-                continue
-            ops += self._barriers.delete_ops(old)
-        if not ops:
-            return 0
-        try:
-            deleted = self._ops.commit_batched(
-                ops, "remove old job models", guards=[self._epochs.guard(epoch)]
-            )
-        except TransactionRejected as exc:
-            if exc.index == 0:
-                raise self._epochs.fenced_out(epoch, "remove old job models") from None
-            raise
-        self._ops.log.info(
-            "zk.retention", removed_versions=sorted(removed), nodes=deleted, kept_from=keep_from
-        )
-        return deleted

@@ -45,7 +45,17 @@ class ProcessorRegistration:
 
 
 class ProcessorRegistry:
-    """Registers processors and reads who is alive, and where."""
+    """Registers processors and reads who is alive, and where.
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
+
+        node = store.processors.register("p-1", "zone-a/node-1", host="node-1")
+        live, duplicates = store.processors.read()
+        store.processors.locality()                  # {"p-1": "zone-a/node-1", ...}
+        watch = store.processors.watch(lambda children: print(children))
+        store.processors.unregister(node)
+
+    """
 
     def __init__(self, ops: ZkOps, layout: JobLayout) -> None:
         self._ops = ops
