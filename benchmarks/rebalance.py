@@ -65,7 +65,7 @@ from coordinator.config import JobConfig, load_config  # noqa: E402
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from coordinator.leader.service import CoordinatorService  # noqa: E402
 from coordinator.member.processor import ProcessorClient  # noqa: E402
-from metadata.model import TaskModel  # noqa: E402
+from metadata.model import BarrierState, TaskModel  # noqa: E402
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402
 
 FULL = ((10, 10_000), (50, 10_000), (100, 10_000))
@@ -305,7 +305,7 @@ class Job:
             if not pipe.poll(120) or pipe.recv() != "ready":
                 raise TimeoutError(f"worker {index} did not start")
         wait(
-            lambda: len(self.view.read_processor_locality()) == self.size,
+            lambda: len(self.view.processors.locality()) == self.size,
             120,
             "every processor to register",
             0.2,
@@ -347,8 +347,8 @@ class Job:
 
     def settled_on(self) -> int | None:
         """The version every live processor runs, once it is DONE and names exactly them."""
-        version = self.view.read_latest_version()
-        if version is None or self.view.barrier_state(version) != "DONE":
+        version = self.view.job_models.latest_version()
+        if version is None or self.view.barriers.state(version) != BarrierState.DONE:
             return None
         if any(running != version for running, _, _ in self.status().values()):
             return None
@@ -356,7 +356,7 @@ class Job:
 
     def wait_settled(self) -> int:
         wait(lambda: self.settled_on() is not None, SETTLE_TIMEOUT_S, "the job to settle", 0.05)
-        model = self.view.read_latest_job_model()
+        model = self.view.job_models.read_latest()
         assert model is not None
         if set(model.containers) != self.alive:
             raise AssertionError(f"v{model.version} names {len(model.containers)} processors")
@@ -388,10 +388,10 @@ class Job:
     # ------------------------------------------------------------------ one death
 
     def kill(self, victim: str) -> Death:
-        before_version = self.view.read_latest_version()
+        before_version = self.view.job_models.latest_version()
         assert before_version is not None
-        before_model = self.view.read_job_model(before_version)
-        registrations, _ = self.view.read_processors()
+        before_model = self.view.job_models.read(before_version)
+        registrations, _ = self.view.processors.read()
         (node,) = [r.node for r in registrations if r.processor_id == victim]
         self.alive.discard(victim)
         before = self.counters()  # survivors only
@@ -405,9 +405,9 @@ class Job:
             return "published" not in seen
 
         def on_state(data: bytes | None, stat: ZnodeStat | None) -> bool:
-            if data is not None and data != b"NEW" and "done" not in seen:
+            if data is not None and data != BarrierState.NEW.encode() and "done" not in seen:
                 seen["done"] = time.perf_counter()
-                seen["state"] = 1.0 if data == b"DONE" else 0.0
+                seen["state"] = 1.0 if data == BarrierState.DONE.encode() else 0.0
                 done.set()
             return not done.is_set()
 
@@ -441,7 +441,7 @@ class Job:
         )
         self.wait_settled()
         after = self.counters()
-        model = self.view.read_job_model(target)
+        model = self.view.job_models.read(target)
         if victim in model.containers:
             raise AssertionError(f"v{target} still names the dead {victim}")
         owner_before, owner_after = before_model.task_to_processor(), model.task_to_processor()
@@ -491,11 +491,11 @@ def bench(
                 f" ms after the last), {death.moved} tasks moved",
                 flush=True,
             )
-        version = job.view.read_latest_version()
+        version = job.view.job_models.latest_version()
         assert version is not None
-        row.decode_s, _ = median_time(lambda: job.view.read_job_model(version), 3)
+        row.decode_s, _ = median_time(lambda: job.view.job_models.read(version), 3)
         pid = job.live()[0]
-        row.view_s, _ = median_time(lambda: job.view.read_container(version, pid), 5)
+        row.view_s, _ = median_time(lambda: job.view.job_models.read_container(version, pid), 5)
     finally:
         job.stop()
     return row

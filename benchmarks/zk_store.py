@@ -87,7 +87,7 @@ def build_model(tasks: int, processors: int = PROCESSORS) -> JobModel:
 
 
 def node_sizes(store: ZkMetadataStore, version: int) -> list[int]:
-    folder = f"{store.job_folder}/jobModels/{version}"
+    folder = f"{store.layout.folder}/jobModels/{version}"
     names = store.client.get_children(folder)
     sizes = [len(store.client.get(folder)[0])]
     sizes += [len(store.client.get(f"{folder}/{name}")[0]) for name in names]
@@ -99,14 +99,14 @@ def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobMode
     try:
         store = ZkMetadataStore(client, f"/bench/jobmodel-{tasks}", run_id="bench")
         store.ensure_layout()
-        epoch = store.acquire_epoch()
+        epoch = store.epochs.acquire()
         model = build_model(tasks)
         versions = iter(range(1, repeat + 2))
         participants = list(model.containers)
 
         def publish() -> int:
             version = next(versions)
-            store.publish_job_model(
+            store.job_models.publish(
                 JobModel(version, model.containers, model.config),
                 epoch=epoch,
                 participants=participants,
@@ -115,10 +115,10 @@ def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobMode
             return version
 
         publish_s, version = median_time(publish, repeat)
-        read_s, read_back = median_time(lambda: store.read_job_model(version), repeat)
+        read_s, read_back = median_time(lambda: store.job_models.read(version), repeat)
         if read_back.containers != model.containers:
             raise AssertionError("the job model read back differs from the one published")
-        manifest = json.loads(store.client.get(f"{store.job_folder}/jobModels/{version}")[0])
+        manifest = json.loads(store.client.get(f"{store.layout.folder}/jobModels/{version}")[0])
         sizes = node_sizes(store, version)
         return JobModelRow(
             tasks=tasks,
@@ -146,7 +146,7 @@ def bench_locality(server: ZooKeeperServer, tasks: int) -> LocalityRow:
 
         transactions = store.transactions
         started = time.perf_counter()
-        full_ops = store.write_task_locality(locality)
+        full_ops = store.locality.write(locality)
         full_s = time.perf_counter() - started
         full_transactions = store.transactions - transactions
 
@@ -154,11 +154,11 @@ def bench_locality(server: ZooKeeperServer, tasks: int) -> LocalityRow:
             locality[f"Partition {i}"] = "zone-9/elsewhere"
         transactions = store.transactions
         started = time.perf_counter()
-        changed_ops = store.write_task_locality(locality)
+        changed_ops = store.locality.write(locality)
         changed_s = time.perf_counter() - started
         changed_transactions = store.transactions - transactions
 
-        read_s, read_back = median_time(store.read_task_locality, 1)
+        read_s, read_back = median_time(store.locality.read, 1)
         if read_back != locality:
             raise AssertionError("the locality read back differs from the one written")
         return LocalityRow(

@@ -68,7 +68,7 @@ def executor_pod_template(
     """A Pod manifest for ``spark.kubernetes.executor.podTemplateFile``.
 
     ``task_locality`` maps task name -> location id (``zone/node``) where its state is, as
-    ``ZkMetadataStore.read_task_locality()`` returns it. Nodes with the same weight share one
+    ``ZkMetadataStore.locality.read()`` returns it. Nodes with the same weight share one
     preference term. With no locality the template has no affinity at all. ``name`` is a
     placeholder (Spark names each executor pod itself); tools that list manifests want one.
     """

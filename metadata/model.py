@@ -9,6 +9,8 @@ rebalances are skipped by equality) and used in sets (a grouper returns ``set[Co
 - ``ContainerModel``: the tasks one processor runs, and where that processor is.
 - ``JobModel``: one version of the whole assignment, plus the config it was made from.
 - ``StreamInput``: a job input as configured (``system``, ``stream``, partition count).
+- ``BarrierState``: the state of the barrier of a job-model version (``NEW``, ``DONE``,
+  ``TIMED_OUT``); the one spelling of it everywhere.
 """
 
 from __future__ import annotations
@@ -191,8 +193,11 @@ class StreamInput:
 
 
 class BarrierState(StrEnum):
-    """The state of barrier v: NEW until the leader decides it DONE (every processor v names
-    joined) or TIMED_OUT. A ``StrEnum``: it is stored as its value and equals the plain string."""
+    """The state of barrier v (``barriers/barrier_<v>/state``): created ``NEW`` with job model v,
+    then decided once by the leader, ``DONE`` (every expected processor joined) or ``TIMED_OUT``.
+
+    A ``StrEnum``: each member equals its stored text (``BarrierState.DONE == "DONE"``).
+    """
 
     NEW = "NEW"
     DONE = "DONE"

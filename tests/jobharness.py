@@ -143,12 +143,12 @@ class JobHarness:
 
     def done_model(self) -> JobModel | None:
         """The newest job model whose barrier is DONE."""
-        latest = self.store.read_latest_version()
+        latest = self.store.job_models.latest_version()
         if latest is None:
             return None
         for version in range(latest, 0, -1):
-            if self.store.barrier_state(version) == "DONE":
-                return self.store.read_job_model(version)
+            if self.store.barriers.state(version) == "DONE":
+                return self.store.job_models.read(version)
         return None
 
     def running(self, pid: str) -> dict[str, int]:
@@ -206,7 +206,7 @@ class JobHarness:
         live = {pid for pid, p in self.processors.items() if p.popen.poll() is None}
         if set(model.containers) != live:
             return False
-        latest = self.store.read_latest_version()
+        latest = self.store.job_models.latest_version()
         if latest != model.version:
             return False
         return all(set(self.running(pid)) == set(model.containers[pid].tasks) for pid in live)
@@ -214,10 +214,10 @@ class JobHarness:
     def diagnose(self) -> str:
         lines = []
         try:
-            latest = self.store.read_latest_version()
+            latest = self.store.job_models.latest_version()
             lines.append(f"latest version {latest}")
             if latest:
-                lines.append(f"barrier {self.store.barrier_state(latest)}")
+                lines.append(f"barrier {self.store.barriers.state(latest)}")
             model = self.done_model()
             if model:
                 lines.append(

@@ -104,13 +104,13 @@ def _tasks(count: int) -> str:
 
 
 def _show_job_model(args: argparse.Namespace, config: JobConfig, store: ZkMetadataStore) -> int:
-    latest = store.read_latest_version()
+    latest = store.job_models.latest_version()
     version = args.version if args.version is not None else latest
     if version is None:
         raise _NothingToShow(
             f"job {config.job.name}-{config.job.id} has no published job model yet"
         )
-    document = store.read_job_model_document(version)
+    document = store.job_models.read_document(version)
     model = document.model
     if args.json:
         sys.stdout.write(
@@ -123,12 +123,12 @@ def _show_job_model(args: argparse.Namespace, config: JobConfig, store: ZkMetada
         f"job model version {version} (latest {latest}), run {document.run_id or '-'}, "
         f"grouper {document.grouper or '-'}",
     ]
-    state = store.barrier_state(version)
+    state = store.barriers.state(version)
     if state is None:
         lines.append(f"barrier {version}: gone (removed by retention)")
     else:
-        expected = store.barrier_expected(version)
-        joined = store.barrier_participants(version)
+        expected = store.barriers.expected(version)
+        joined = store.barriers.participants(version)
         lines.append(
             f"barrier {version}: {state}, {len(joined & expected)} of {len(expected)} expected "
             "processors joined"
@@ -151,8 +151,8 @@ def _show_job_model(args: argparse.Namespace, config: JobConfig, store: ZkMetada
 
 
 def _show_locality(args: argparse.Namespace, config: JobConfig, store: ZkMetadataStore) -> int:
-    processors = store.read_processor_locality()
-    tasks = store.read_task_locality()
+    processors = store.processors.locality()
+    tasks = store.locality.read()
     if args.json:
         print(
             json.dumps(

@@ -22,7 +22,7 @@ __all__ = ["add_commands"]
 def run_pod_template(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     with job_store(config) as store:
-        locality = store.read_task_locality()
+        locality = store.locality.read()
     text = pod_template_yaml(locality)
     if args.output:
         Path(args.output).write_text(text)

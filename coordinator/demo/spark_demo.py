@@ -271,7 +271,7 @@ class Demo:
         for name in order:
             if name == "affinity":
                 report = self.pipelines[name].run_batch(self.placement())
-                self.store.write_task_locality(report.task_locality)
+                self.store.locality.write(report.task_locality)
             else:
                 report = self.pipelines[name].run_batch(None)
             self.reports[name].append(report)

@@ -56,7 +56,7 @@ from coordinator.protocol.leader_events import (
 from coordinator.protocol.rules import IN_FORCE_SCAN, model_in_force
 from groupers import TaskNameGrouper, get_grouper, get_ssp_grouper
 from metadata.errors import MetadataError
-from metadata.model import BarrierState, JobModel, TaskModel
+from metadata.model import BarrierState, TaskModel
 from metadata.zk import FencedOut, ZkMetadataStore
 
 __all__ = ["CoordinatorService", "job_tasks", "settings_from_config"]
@@ -201,43 +201,25 @@ class CoordinatorService:
             },
         )
         self._events = queue.Queue()
-        epoch = self.store.acquire_epoch()
+        epoch = self.store.epochs.acquire()
         self._epoch = epoch
         log = self.log.bind(epoch=epoch.epoch)
         self._leading.set()
         self.metrics.is_leader.set(1)
         self.metrics.leadership_changes.inc()
         log.info("coordinator.leading")
-        wakeup: float | None = None
         try:
             gained = self._read_state(self.clock())
             if gained.in_force is not None:
                 self.metrics.job_model_version.set(gained.in_force.version)
             self._watches.append(
-                self.store.watch_processors(lambda _: self._events.put(_ProcessorsChanged()))
+                self.store.processors.watch(lambda _: self._events.put(_ProcessorsChanged()))
             )
             if gained.latest is not None and gained.latest_barrier == BarrierState.NEW:
-                # A rebalance the previous leader left in flight: the core sees it through, so
+                # A rebalance the previous leader left in flight: the machine sees it through, so
                 # it must hear of the processors that join from now on (not only at the deadline).
                 self._watch_barrier(gained.latest.version)
-            wakeup = self._execute(core, core.handle(gained), log)
-            while not self._stop.is_set():
-                self.heartbeat.beat()
-                now = self.clock()
-                timeout = 1.0 if wakeup is None else min(1.0, max(0.0, wakeup - now))
-                try:
-                    item = self._events.get(timeout=timeout)
-                except queue.Empty:
-                    item = TimePassed(self.clock())
-                if isinstance(item, _SessionLost):
-                    raise StepDown(item.reason)
-                if isinstance(item, _ProcessorsChanged):
-                    item = MembershipChanged(self.clock(), self.store.read_processor_locality())
-                if wakeup is not None and self.clock() >= wakeup:
-                    wakeup = None
-                next_wakeup = self._execute(core, core.handle(item), log)
-                if next_wakeup is not None:
-                    wakeup = next_wakeup if wakeup is None else min(wakeup, next_wakeup)
+            self._loop(core, self._execute(core, core.handle(gained), log), log)
         except StepDown as exc:
             log.warning("coordinator.step_down", reason=str(exc))
         except (MetadataError, KazooException) as exc:
@@ -250,25 +232,45 @@ class CoordinatorService:
             self._leading.clear()
             self.metrics.is_leader.set(0)
 
+    def _loop(self, core: LeaderMachine, wakeup: float | None, log: Any) -> None:
+        """Feed the machine the queued events (and the time) until stopped or stepping down."""
+        while not self._stop.is_set():
+            self.heartbeat.beat()
+            now = self.clock()
+            timeout = 1.0 if wakeup is None else min(1.0, max(0.0, wakeup - now))
+            try:
+                item = self._events.get(timeout=timeout)
+            except queue.Empty:
+                item = TimePassed(self.clock())
+            if isinstance(item, _SessionLost):
+                raise StepDown(item.reason)
+            if isinstance(item, _ProcessorsChanged):
+                item = MembershipChanged(self.clock(), self.store.processors.locality())
+            if wakeup is not None and self.clock() >= wakeup:
+                wakeup = None
+            next_wakeup = self._execute(core, core.handle(item), log)
+            if next_wakeup is not None:
+                wakeup = next_wakeup if wakeup is None else min(wakeup, next_wakeup)
+
     def _read_state(self, now: float) -> LeadershipGained:
         """What ZooKeeper holds, for the machine: processors, locality, the latest model and its
         barrier, and the model in force (:func:`~coordinator.protocol.rules.model_in_force`)."""
         store = self.store
-        processors = store.read_processor_locality()
-        locality = store.read_task_locality()
-        latest_version = store.read_latest_version()
+        processors = store.processors.locality()
+        locality = store.locality.read()
+        latest_version = store.job_models.latest_version()
         if latest_version is None:
             return LeadershipGained(now, processors, locality)
-        latest = store.read_job_model(latest_version)
+        latest = store.job_models.read(latest_version)
         scanned = range(latest_version, max(0, latest_version - IN_FORCE_SCAN), -1)
-        states = {version: _barrier_state(store.barrier_state(version)) for version in scanned}
+        states = {version: _barrier_state(store.barriers.state(version)) for version in scanned}
         in_force_version = model_in_force(states)
         in_force = None
         if in_force_version is not None:
             in_force = (
                 latest
                 if in_force_version == latest_version
-                else store.read_job_model(in_force_version)
+                else store.job_models.read(in_force_version)
             )
         return LeadershipGained(
             now,
@@ -276,7 +278,7 @@ class CoordinatorService:
             locality,
             latest=latest,
             latest_barrier=states[latest_version],
-            latest_participants=frozenset(store.barrier_participants(latest_version)),
+            latest_participants=frozenset(store.barriers.participants(latest_version)),
             in_force=in_force,
         )
 
@@ -293,9 +295,9 @@ class CoordinatorService:
             elif isinstance(action, RunGrouper):
                 pending.extend(core.handle(self._run_grouper(action, log)))
             elif isinstance(action, PublishJobModel):
-                self._publish(action, core.in_force, log)
+                self._publish(action, log)
             elif isinstance(action, MarkBarrier):
-                self.store.set_barrier_state(action.version, action.state, epoch=self._epoch)
+                self.store.barriers.set_state(action.version, action.state, epoch=self._epoch)
                 outcome = "done" if action.state == BarrierState.DONE else "timed_out"
                 self.metrics.barrier_outcomes.labels(outcome=outcome).inc()
                 self.metrics.rebalance_duration.observe(action.duration_s)
@@ -346,15 +348,16 @@ class CoordinatorService:
         )
         return GrouperFinished(self.clock(), action.request, outcome.get("containers"), error)
 
-    def _publish(self, action: PublishJobModel, in_force: JobModel | None, log: Any) -> None:
+    def _publish(self, action: PublishJobModel, log: Any) -> None:
         version = action.model.version
-        self.store.publish_job_model(
+        self.store.job_models.publish(
             action.model,
             epoch=self._epoch,
             participants=action.participants,
             grouper=self.grouper_name,
             retention=False,  # the machine asks for it once the barrier is decided
-            previous=in_force,  # who loses a task: the others may join at once
+            base=action.base,  # who loses a task against it: the others may join at once
+            losing=action.losing,
         )
         self._watch_barrier(version)
         self.metrics.rebalances.inc()
@@ -375,7 +378,7 @@ class CoordinatorService:
         logged and retried after the next decision; losing the leadership meanwhile steps down
         as any other fenced write does."""
         try:
-            self.store.remove_old_versions(epoch=self._epoch)
+            self.store.job_models.remove_below(action.below, epoch=self._epoch)
         except FencedOut:
             raise
         except MetadataError as exc:
@@ -387,4 +390,4 @@ class CoordinatorService:
         def on_barrier(state: str | None, participants: set[str]) -> None:
             self._events.put(BarrierUpdated(self.clock(), version, frozenset(participants)))
 
-        self._watches.append(self.store.watch_barrier(version, on_barrier))
+        self._watches.append(self.store.barriers.watch(version, on_barrier))

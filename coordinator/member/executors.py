@@ -153,7 +153,7 @@ class ExecutorRegistrar:
                     removed.append(pid)
             restored = []
             if self._registered and self.members is None:  # (members re-register themselves)
-                alive_nodes = {r.node for r in self.store.read_processors()[0]}
+                alive_nodes = {r.node for r in self.store.processors.read()[0]}
                 for pid, registration in list(self._registered.items()):
                     if registration.node not in alive_nodes:
                         self._registered[pid] = self._register(registration.executor)
@@ -177,14 +177,14 @@ class ExecutorRegistrar:
         if self.members is not None:
             self.members.add(pid, location, executor.host, **extra)
             return Registration(pid, executor, location, node="")
-        node = self.store.register_processor(pid, location, host=executor.host, **extra)
+        node = self.store.processors.register(pid, location, host=executor.host, **extra)
         return Registration(pid, executor, location, node)
 
     def _unregister(self, registration: Registration) -> None:
         if self.members is not None:
             self.members.remove(registration.processor_id)
         else:
-            self.store.unregister_processor(registration.node)
+            self.store.processors.unregister(registration.node)
 
     def start(self, interval_s: float = 1.0) -> None:
         """Call :meth:`sync` every ``interval_s`` on a daemon thread until :meth:`stop`."""

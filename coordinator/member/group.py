@@ -112,7 +112,7 @@ class MemberGroup:
         self.on_stop = on_stop
         self.log = structlog.get_logger("affinity.member").bind(job=job)
         self._register = register or self._register_in_store
-        self._unregister = unregister or store.unregister_processor
+        self._unregister = unregister or store.processors.unregister
         self._members: dict[str, _Member] = {}
         self._lock = threading.Lock()
         self._events: queue.Queue[_Item] = queue.Queue()
@@ -242,21 +242,21 @@ class MemberGroup:
 
     def _watch_versions(self, member: _Member, _action: WatchVersions) -> list[MemberEvent]:
         if self._watches.version is None:
-            self._watches.version = self.store.watch_version(
+            self._watches.version = self.store.job_models.watch_version(
                 lambda v: self._events.put((None, VersionAnnounced(v)))
             )
             return []  # the watch fires at once with the latest version, for every member
         return self._fetch_latest_version(member, FetchLatestVersion())
 
     def _fetch_latest_version(self, _m: _Member, _a: FetchLatestVersion) -> list[MemberEvent]:
-        return [VersionAnnounced(self.store.read_latest_version())]
+        return [VersionAnnounced(self.store.job_models.latest_version())]
 
     def _read_manifest(self, _member: _Member, action: ReadManifest) -> list[MemberEvent]:
         version = action.version
         manifest = self._watches.manifests.get(version)
         if manifest is None:
             try:
-                manifest = self.store.read_manifest(version)
+                manifest = self.store.job_models.read_manifest(version)
             except NotFound:
                 return [ManifestMissing(version)]
             self._watches.manifests = {version: manifest}  # only the newest is worth keeping
@@ -265,7 +265,7 @@ class MemberGroup:
     def _read_container(self, member: _Member, action: ReadContainer) -> list[MemberEvent]:
         version = action.version
         manifest = self._watches.manifests.get(version)
-        container = self.store.read_container(
+        container = self.store.job_models.read_container(
             version, member.machine.processor_id, manifest=manifest
         )
         if container is None:
@@ -273,7 +273,7 @@ class MemberGroup:
         return [ContainerRead(version, None if container is None else container.tasks)]
 
     def _join_barrier(self, member: _Member, action: JoinBarrier) -> list[MemberEvent]:
-        self.store.join_barrier(action.version, member.machine.processor_id)
+        self.store.barriers.join(action.version, member.machine.processor_id)
         member.log.info("processor.joined_barrier", version=action.version, early=action.early)
         return []
 
@@ -285,7 +285,7 @@ class MemberGroup:
                 decided = BarrierState(state) if state in set(BarrierState) else None
                 self._events.put((None, BarrierDecided(version, decided)))
 
-            self._watches.barriers[version] = self.store.watch_barrier_state(version, on_state)
+            self._watches.barriers[version] = self.store.barriers.watch_state(version, on_state)
             for old in [v for v in self._watches.barriers if v < version]:
                 self._watches.barriers.pop(old).stop()
         return []
@@ -309,7 +309,7 @@ class MemberGroup:
         return []
 
     def _write_locality(self, member: _Member, action: WriteLocality) -> list[MemberEvent]:
-        written = self.store.write_task_locality(dict.fromkeys(action.tasks, member.location_id))
+        written = self.store.locality.write(dict.fromkeys(action.tasks, member.location_id))
         member.log.debug("processor.locality_written", version=action.version, writes=written)
         return []
 
@@ -325,7 +325,7 @@ class MemberGroup:
     def _register_in_store(
         self, processor_id: str, location_id: str, host: str, extra: Mapping[str, Any]
     ) -> str:
-        return self.store.register_processor(processor_id, location_id, host, **extra)
+        return self.store.processors.register(processor_id, location_id, host, **extra)
 
     def _unwatch(self) -> None:
         watches, self._watches = self._watches, _Watches()

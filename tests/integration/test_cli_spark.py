@@ -25,7 +25,7 @@ def test_pod_template_weights_nodes_by_the_state_they_hold(
     try:
         store = ZkMetadataStore(client, "/affinity-podtemplate/clicks-1", run_id="r1")
         store.ensure_layout()
-        store.write_task_locality(
+        store.locality.write(
             {f"Partition {n}": ("zone-a/node-1" if n < 6 else "zone-b/node-2") for n in range(8)}
         )
     finally:

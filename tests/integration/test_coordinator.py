@@ -94,12 +94,12 @@ def test_a_leader_that_lost_its_session_publishes_nothing(job_factory: type[JobH
         job.wait_for(lambda: job.leader() not in (None, old), 20, "a new leader")
         job.start_processor("p-3", "host-c")
         job.wait_for(job.settled, 30, "the new leader to add p-3")
-        version = job.store.read_latest_version()
+        version = job.store.job_models.latest_version()
     finally:
         frozen.popen.send_signal(signal.SIGCONT)
     # The old leader wakes up with queued events and a dead session: it must not publish.
     time.sleep(3.0)
-    assert job.store.read_latest_version() == version
+    assert job.store.job_models.latest_version() == version
     log = frozen.log.read_text()
     assert '"coordinator.step_down"' in log
     job.wait_for(job.settled, 15, "the job to stay settled")

@@ -372,16 +372,14 @@ class FaultRun:
             host = self.rng.choice(HOSTS)
             pid = self.start_processor(host)
             detail = f"{pid} joins at {host}"
-            self.job.wait_for(
-                lambda: pid in store.read_processor_locality(), 20, f"{pid} to register"
-            )
+            self.job.wait_for(lambda: pid in store.processors.locality(), 20, f"{pid} to register")
         else:
             crowded = [p for p, h in live.items() if list(live.values()).count(h) > 1]
             pid = self.rng.choice(sorted(crowded))  # every host keeps a processor
             detail = f"kill -9 {pid}"
             self.kill_processor_now(pid)
             self.job.wait_for(
-                lambda: pid not in store.read_processor_locality(),
+                lambda: pid not in store.processors.locality(),
                 SESSION_TIMEOUT_MS / 1000 + 5,
                 f"{pid}'s session to expire",
             )
@@ -402,9 +400,9 @@ class FaultRun:
         while True:
             left = max(1.0, deadline - time.monotonic())
             self.job.wait_for(self.quiet, left, f"{what} to settle")
-            version = self.job.store.read_latest_version()
+            version = self.job.store.job_models.latest_version()
             time.sleep(1.0)
-            if self.quiet() and self.job.store.read_latest_version() == version:
+            if self.quiet() and self.job.store.job_models.latest_version() == version:
                 return
             assert time.monotonic() < deadline, f"{what}: the job did not stay settled"
 
@@ -417,7 +415,7 @@ class FaultRun:
         for name in client.get_children(store.layout.job_models):
             version = int(name)
             try:
-                model = store.read_job_model(version)
+                model = store.job_models.read(version)
             except NotFound:
                 continue  # not committed (an abandoned attempt) or removed meanwhile
             cached = self.models.setdefault(version, model)
@@ -438,7 +436,7 @@ class FaultRun:
     def check(self, fault: str, detail: str, started: float) -> Round:
         job, store = self.job, self.job.store
         model = job.done_model()
-        latest = store.read_latest_version()
+        latest = store.job_models.latest_version()
         assert model is not None and latest is not None
         live = self.live_processors()
 
@@ -466,7 +464,7 @@ class FaultRun:
         # I4: the owners wrote their tasks' locations (just after DONE: allow them a moment).
         expected = {t: c.location_id for c in model.containers.values() for t in c.tasks}
         job.wait_for(
-            lambda: store.read_task_locality() == expected,
+            lambda: store.locality.read() == expected,
             10,
             f"task locality to match v{model.version}",
         )
@@ -491,7 +489,7 @@ class FaultRun:
         epochs = [r["epoch"] for r in published]
         assert epochs == sorted(epochs), f"publishing epochs went back: {epochs}"
         (record,) = self.leaders().values()
-        epoch = self.job.store.current_epoch()
+        epoch = self.job.store.epochs.current()
         assert epoch is not None and epoch.epoch == record["epoch"], (epoch, record["epoch"])
 
     def check_event_logs(self) -> None:
@@ -651,10 +649,10 @@ def test_a_new_leader_completes_the_barrier_it_inherits(zk_server: ZooKeeperServ
         }
         job_config = {"job.name": name, "job.id": "1", "run.id": "r1"}
         model = JobModel(1, FrozenMap(containers), FrozenMap(job_config))
-        old.publish_job_model(model, epoch=old.acquire_epoch(), participants=["p1", "p2"])
+        old.job_models.publish(model, epoch=old.epochs.acquire(), participants=["p1", "p2"])
         for pid in ("p1", "p2"):
-            old.register_processor(pid, f"host-{pid}")
-        old.join_barrier(1, "p1")
+            old.processors.register(pid, f"host-{pid}")
+        old.barriers.join(1, "p1")
 
         store = ZkMetadataStore(client, config.job_folder, run_id="r1")
         service = CoordinatorService(config, client, store)
@@ -665,15 +663,15 @@ def test_a_new_leader_completes_the_barrier_it_inherits(zk_server: ZooKeeperServ
             time.sleep(0.05)
         assert service.is_leader
         time.sleep(0.5)  # the new leader has read the state (p1 joined, p2 not yet)
-        assert old.barrier_state(1) == "NEW"
+        assert old.barriers.state(1) == "NEW"
 
-        old.join_barrier(1, "p2")
+        old.barriers.join(1, "p2")
         deadline = time.monotonic() + 5
-        while old.barrier_state(1) == "NEW" and time.monotonic() < deadline:
+        while old.barriers.state(1) == "NEW" and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert old.barrier_state(1) == "DONE"  # at once, not TIMED_OUT after 30 s
+        assert old.barriers.state(1) == "DONE"  # at once, not TIMED_OUT after 30 s
         time.sleep(0.5)
-        assert old.read_latest_version() == 1  # and nothing else was needed
+        assert old.job_models.latest_version() == 1  # and nothing else was needed
     finally:
         stop.set()
         if thread is not None:
@@ -688,11 +686,17 @@ class _FlakyJoin(ZkMetadataStore):
 
     failures = 0
 
-    def join_barrier(self, version: int, processor_id: str) -> None:
-        if self.failures == 0:
-            self.failures += 1
-            raise StoreUnavailable(self.layout.barrier(version), "join barrier: no answer")
-        super().join_barrier(version, processor_id)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        join = self.barriers.join
+
+        def flaky_join(version: int, processor_id: str) -> None:
+            if self.failures == 0:
+                self.failures += 1
+                raise StoreUnavailable(self.layout.barrier(version), "join barrier: no answer")
+            join(version, processor_id)
+
+        self.barriers.join = flaky_join  # type: ignore[method-assign]
 
 
 def test_a_processor_retries_a_version_it_failed_to_follow(zk_server: ZooKeeperServer) -> None:
@@ -722,18 +726,18 @@ def test_a_processor_retries_a_version_it_failed_to_follow(zk_server: ZooKeeperS
         thread = threading.Thread(target=processor.run, args=(stop,), daemon=True)
         thread.start()
         deadline = time.monotonic() + 10
-        while "p1" not in store.read_processor_locality() and time.monotonic() < deadline:
+        while "p1" not in store.processors.locality() and time.monotonic() < deadline:
             time.sleep(0.05)
         task = TaskModel("Partition 0", frozenset({SystemStreamPartition("kafka", "e", 0)}))
         container = ContainerModel("p1", "host-a", FrozenMap({task.name: task}))
         model = JobModel(1, FrozenMap({"p1": container}), FrozenMap({}))
-        store.publish_job_model(model, epoch=store.acquire_epoch(), participants=["p1"])
+        store.job_models.publish(model, epoch=store.epochs.acquire(), participants=["p1"])
 
         deadline = time.monotonic() + 5
-        while not store.barrier_participants(1) and time.monotonic() < deadline:
+        while not store.barriers.participants(1) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert flaky.failures == 1
-        assert store.barrier_participants(1) == {"p1"}  # joined after the failure
+        assert store.barriers.participants(1) == {"p1"}  # joined after the failure
     finally:
         stop.set()
         if thread is not None:

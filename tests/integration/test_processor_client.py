@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
+from coordinator.protocol.rules import losing_processors
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import LeaderEpoch, ZkMetadataStore
 
@@ -65,7 +66,7 @@ def processors(
     threads: list[threading.Thread] = []
 
     def start(pid: str) -> tuple[ProcessorClient, Recorder]:
-        store = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.job_folder, run_id="run-1")
+        store = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
         recorder = Recorder()
         read_container, join_barrier = store.read_container, store.join_barrier
 
@@ -112,9 +113,15 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
 def publish_and_complete(
     store: ZkMetadataStore, epoch: LeaderEpoch, new: JobModel, previous: JobModel | None
 ) -> None:
-    store.publish_job_model(new, epoch=epoch, participants=list(new.containers), previous=previous)
-    wait_for(lambda: store.barrier_participants(new.version) == set(new.containers))
-    store.set_barrier_state(new.version, "DONE", epoch=epoch)
+    store.job_models.publish(
+        new,
+        epoch=epoch,
+        participants=list(new.containers),
+        base=previous.version if previous else None,
+        losing=losing_processors(previous, new) if previous else (),
+    )
+    wait_for(lambda: store.barriers.participants(new.version) == set(new.containers))
+    store.barriers.set_state(new.version, "DONE", epoch=epoch)
 
 
 def test_keepers_join_before_reading_and_losers_stop_first(
@@ -122,8 +129,8 @@ def test_keepers_join_before_reading_and_losers_stop_first(
 ) -> None:
     keeper, keeper_log = processors("p-1")
     loser, loser_log = processors("p-2")
-    wait_for(lambda: len(zk_store.read_processor_locality()) == 2)
-    epoch = zk_store.acquire_epoch()
+    wait_for(lambda: len(zk_store.processors.locality()) == 2)
+    epoch = zk_store.epochs.acquire()
     v1 = model(1, {"p-1": [0, 1], "p-2": [2, 3]})
     publish_and_complete(zk_store, epoch, v1, None)
     wait_for(lambda: keeper.running_version == 1 and loser.running_version == 1)
@@ -132,14 +139,16 @@ def test_keepers_join_before_reading_and_losers_stop_first(
     assert loser_log.order(1) == ["read", "join", "start"]
 
     v2 = model(2, {"p-1": [0, 1, 3], "p-2": [2]})  # p-1 keeps all and gains 3; p-2 loses 3
-    zk_store.publish_job_model(v2, epoch=epoch, participants=["p-1", "p-2"], previous=v1)
-    manifest = zk_store.read_manifest(2)
+    zk_store.job_models.publish(
+        v2, epoch=epoch, participants=["p-1", "p-2"], base=1, losing=losing_processors(v1, v2)
+    )
+    manifest = zk_store.job_models.read_manifest(2)
     assert (manifest.base, manifest.losing) == (1, ("p-2",))
-    wait_for(lambda: zk_store.barrier_participants(2) == {"p-1", "p-2"})
+    wait_for(lambda: zk_store.barriers.participants(2) == {"p-1", "p-2"})
     time.sleep(0.2)
     assert keeper.running_version == 1 and loser.running_version == 1  # nothing before DONE
     assert "Partition 3" not in keeper.running
-    zk_store.set_barrier_state(2, "DONE", epoch=epoch)
+    zk_store.barriers.set_state(2, "DONE", epoch=epoch)
     wait_for(lambda: keeper.running_version == 2 and loser.running_version == 2)
 
     assert keeper_log.order(2) == ["join", "read", "start"]  # early: nothing to stop
@@ -154,17 +163,17 @@ def test_a_processor_behind_the_base_reads_first(
     zk_store: ZkMetadataStore, processors: Callable[[str], tuple[ProcessorClient, Recorder]]
 ) -> None:
     first, first_log = processors("p-1")
-    wait_for(lambda: len(zk_store.read_processor_locality()) == 1)
-    epoch = zk_store.acquire_epoch()
+    wait_for(lambda: len(zk_store.processors.locality()) == 1)
+    epoch = zk_store.epochs.acquire()
     v1 = model(1, {"p-1": [0, 1]})
     publish_and_complete(zk_store, epoch, v1, None)
     wait_for(lambda: first.running_version == 1)
     v2 = model(2, {"p-1": [0, 1, 2]})
     # Planned against a version this processor does not run (say, a newer leader's view).
-    zk_store.publish_job_model(v2, epoch=epoch, participants=["p-1"], previous=model(0, {}))
-    assert zk_store.read_manifest(2).base == 0
-    wait_for(lambda: zk_store.barrier_participants(2) == {"p-1"})
-    zk_store.set_barrier_state(2, "DONE", epoch=epoch)
+    zk_store.job_models.publish(v2, epoch=epoch, participants=["p-1"], base=0, losing=())
+    assert zk_store.job_models.read_manifest(2).base == 0
+    wait_for(lambda: zk_store.barriers.participants(2) == {"p-1"})
+    zk_store.barriers.set_state(2, "DONE", epoch=epoch)
     wait_for(lambda: first.running_version == 2)
 
     assert first_log.order(2) == ["read", "join", "start"]

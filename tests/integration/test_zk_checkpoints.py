@@ -29,66 +29,66 @@ def ssp(partition: int = 0, bucket: int = -1) -> SSP:
 
 
 def stored(store: ZkMetadataStore, partition: int = 0) -> PartitionCheckpoint | None:
-    return store.read_partition_checkpoint(*EVENTS, partition)
+    return store.checkpoints.read_partition(*EVENTS, partition)
 
 
 def test_write_and_read_a_whole_partition(zk_store: ZkMetadataStore) -> None:
-    assert zk_store.client.exists(f"{zk_store.job_folder}/checkpoints")  # ensure_layout made it
-    assert zk_store.read_checkpoint(ssp(), 1) is None
+    assert zk_store.client.exists(f"{zk_store.layout.folder}/checkpoints")  # ensure_layout made it
+    assert zk_store.checkpoints.read(ssp(), 1) is None
     assert stored(zk_store) is None
 
-    assert zk_store.write_checkpoint(ssp(), 1, 42) == PartitionCheckpoint.whole(42)
+    assert zk_store.checkpoints.write(ssp(), 1, 42) == PartitionCheckpoint.whole(42)
 
-    assert zk_store.read_checkpoint(ssp(), 1) == 42
-    assert zk_store.read_checkpoint(ssp(bucket=0), 1) == 42  # bucket 0 of 1 is the whole
-    data, _ = zk_store.client.get(f"{zk_store.job_folder}/checkpoints/kafka.events.0")
+    assert zk_store.checkpoints.read(ssp(), 1) == 42
+    assert zk_store.checkpoints.read(ssp(bucket=0), 1) == 42  # bucket 0 of 1 is the whole
+    data, _ = zk_store.client.get(f"{zk_store.layout.folder}/checkpoints/kafka.events.0")
     assert json.loads(data) == {"format": 1, "factor": 1, "offsets": [42]}
-    assert zk_store.read_checkpoints() == {ssp(): PartitionCheckpoint.whole(42)}
+    assert zk_store.checkpoints.read_all() == {ssp(): PartitionCheckpoint.whole(42)}
 
 
 def test_split_one_two_four_then_merge_back_to_one(zk_store: ZkMetadataStore) -> None:
-    zk_store.write_checkpoint(ssp(), 1, 100)
+    zk_store.checkpoints.write(ssp(), 1, 100)
 
     # split 1 -> 2: both children inherit the parent's offset
-    assert [zk_store.read_checkpoint(ssp(bucket=b), 2) for b in range(2)] == [100, 100]
-    zk_store.write_checkpoint(ssp(bucket=0), 2, 150)
+    assert [zk_store.checkpoints.read(ssp(bucket=b), 2) for b in range(2)] == [100, 100]
+    zk_store.checkpoints.write(ssp(bucket=0), 2, 150)
     assert stored(zk_store) == PartitionCheckpoint(2, (150, 100))
-    zk_store.write_checkpoint(ssp(bucket=1), 2, 120)
+    zk_store.checkpoints.write(ssp(bucket=1), 2, 120)
     assert stored(zk_store) == PartitionCheckpoint(2, (150, 120))
 
     # split 2 -> 4: bucket b of 4 inherits bucket b mod 2 of 2
-    assert [zk_store.read_checkpoint(ssp(bucket=b), 4) for b in range(4)] == [150, 120, 150, 120]
+    assert [zk_store.checkpoints.read(ssp(bucket=b), 4) for b in range(4)] == [150, 120, 150, 120]
     for bucket, offset in enumerate([200, 130, 180, 125]):
-        zk_store.write_checkpoint(ssp(bucket=bucket), 4, offset)
+        zk_store.checkpoints.write(ssp(bucket=bucket), 4, offset)
     assert stored(zk_store) == PartitionCheckpoint(4, (200, 130, 180, 125))
 
     # merge 4 -> 2 and 4 -> 1: the minimum of the merged buckets (at least once)
-    assert [zk_store.read_checkpoint(ssp(bucket=b), 2) for b in range(2)] == [180, 125]
-    assert zk_store.read_checkpoint(ssp(), 1) == 125
-    assert zk_store.write_checkpoint(ssp(), 1, 300) == PartitionCheckpoint.whole(300)
-    assert [zk_store.read_checkpoint(ssp(bucket=b), 4) for b in range(4)] == [300] * 4
+    assert [zk_store.checkpoints.read(ssp(bucket=b), 2) for b in range(2)] == [180, 125]
+    assert zk_store.checkpoints.read(ssp(), 1) == 125
+    assert zk_store.checkpoints.write(ssp(), 1, 300) == PartitionCheckpoint.whole(300)
+    assert [zk_store.checkpoints.read(ssp(bucket=b), 4) for b in range(4)] == [300] * 4
 
 
 def test_a_stale_writer_of_the_old_factor_only_causes_replays(zk_store: ZkMetadataStore) -> None:
     for bucket, offset in enumerate([200, 130, 180, 125]):
-        zk_store.write_checkpoint(ssp(bucket=bucket), 4, offset)
+        zk_store.checkpoints.write(ssp(bucket=bucket), 4, offset)
     # a task of the old factor 2 (bucket 1 = buckets 1 and 3 of 4) checkpoints late
-    zk_store.write_checkpoint(ssp(bucket=1), 2, 140)
+    zk_store.checkpoints.write(ssp(bucket=1), 2, 140)
     assert stored(zk_store) == PartitionCheckpoint(2, (180, 140))
     # bucket 0 of 4 goes back from 200 to 180 (a replay); bucket 3 moves to the stale writer's
     # 140, which that writer did process (it read every key of buckets 1 and 3)
-    assert [zk_store.read_checkpoint(ssp(bucket=b), 4) for b in range(4)] == [180, 140, 180, 140]
+    assert [zk_store.checkpoints.read(ssp(bucket=b), 4) for b in range(4)] == [180, 140, 180, 140]
 
 
 def test_names_with_dots_and_spaces_do_not_collide(zk_store: ZkMetadataStore) -> None:
     a, b = SSP("a.b", "c", 0), SSP("a", "b.c", 0)
     odd = SSP("my system", "page views/ü", 7)
-    zk_store.write_checkpoints({a: 1}, 1)
-    zk_store.write_checkpoints({b: 2}, 1)
-    zk_store.write_checkpoint(odd, 1, 3)
-    names = set(zk_store.client.get_children(f"{zk_store.job_folder}/checkpoints"))
+    zk_store.checkpoints.write_many({a: 1}, 1)
+    zk_store.checkpoints.write_many({b: 2}, 1)
+    zk_store.checkpoints.write(odd, 1, 3)
+    names = set(zk_store.client.get_children(f"{zk_store.layout.folder}/checkpoints"))
     assert names == {"a%2Eb.c.0", "a.b%2Ec.0", "my%20system.page%20views%2F%C3%BC.7"}
-    assert zk_store.read_checkpoints() == {
+    assert zk_store.checkpoints.read_all() == {
         a: PartitionCheckpoint.whole(1),
         b: PartitionCheckpoint.whole(2),
         odd: PartitionCheckpoint.whole(3),
@@ -100,44 +100,44 @@ def test_a_task_writes_all_its_inputs_at_once_and_only_what_changed(
 ) -> None:
     task = {ssp(3, 1): 10, SSP("kafka", "clicks", 3, 1): 20}  # a virtual task of factor 2
     ops = zk_store.ops
-    assert zk_store.write_checkpoints(task, 2) == {
+    assert zk_store.checkpoints.write_many(task, 2) == {
         ssp(3): PartitionCheckpoint(2, (None, 10)),
         SSP("kafka", "clicks", 3): PartitionCheckpoint(2, (None, 20)),
     }
     assert zk_store.ops - ops == 2
 
     ops = zk_store.ops
-    zk_store.write_checkpoints(task, 2)  # unchanged: nothing written
-    zk_store.write_checkpoint(ssp(3, 1), 2, 10)
+    zk_store.checkpoints.write_many(task, 2)  # unchanged: nothing written
+    zk_store.checkpoints.write(ssp(3, 1), 2, 10)
     assert zk_store.ops == ops
-    zk_store.write_checkpoints({ssp(3, 1): 11, SSP("kafka", "clicks", 3, 1): 20}, 2)
+    zk_store.checkpoints.write_many({ssp(3, 1): 11, SSP("kafka", "clicks", 3, 1): 20}, 2)
     assert zk_store.ops - ops == 1
-    assert zk_store.read_checkpoint(SSP("kafka", "clicks", 3, 1), 2) == 20
+    assert zk_store.checkpoints.read(SSP("kafka", "clicks", 3, 1), 2) == 20
 
 
 def test_bad_arguments_write_nothing(zk_store: ZkMetadataStore) -> None:
     ops = zk_store.ops
     with pytest.raises(ValueError, match=r"key_bucket must be in 0\.\.1 for factor 2, got 2"):
-        zk_store.write_checkpoint(ssp(bucket=2), 2, 1)
+        zk_store.checkpoints.write(ssp(bucket=2), 2, 1)
     with pytest.raises(ValueError, match="key_bucket -1 is the whole partition"):
-        zk_store.write_checkpoints({ssp(1): 5, ssp(2, bucket=-1): 5}, 2)
+        zk_store.checkpoints.write_many({ssp(1): 5, ssp(2, bucket=-1): 5}, 2)
     with pytest.raises(ValueError, match=r"key bucket 0 of factor 1 of .* given twice"):
-        zk_store.write_checkpoints({ssp(): 5, ssp(bucket=0): 6}, 1)
+        zk_store.checkpoints.write_many({ssp(): 5, ssp(bucket=0): 6}, 1)
     with pytest.raises(ValueError, match="offset must be in"):
-        zk_store.write_checkpoint(ssp(), 1, -5)
+        zk_store.checkpoints.write(ssp(), 1, -5)
     with pytest.raises(ValueError, match="power of two"):
-        zk_store.read_checkpoint(ssp(bucket=1), 3)
+        zk_store.checkpoints.read(ssp(bucket=1), 3)
     assert zk_store.ops == ops
-    assert zk_store.read_checkpoints() == {}
+    assert zk_store.checkpoints.read_all() == {}
 
 
 def test_concurrent_writers_of_sibling_buckets_lose_no_update(
     zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
 ) -> None:
     factor, rounds = 8, 25
-    zk_store.write_checkpoint(ssp(), 1, 0)  # stored at factor 1: the first writes convert it
+    zk_store.checkpoints.write(ssp(), 1, 0)  # stored at factor 1: the first writes convert it
     stores = [
-        ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.job_folder, run_id="run-1")
+        ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
         for _ in range(4)
     ]
     errors: list[BaseException] = []
@@ -148,7 +148,7 @@ def test_concurrent_writers_of_sibling_buckets_lose_no_update(
         try:
             start.wait()
             for offset in range(1, rounds + 1):
-                store.write_checkpoint(ssp(bucket=bucket), factor, offset * 100 + bucket)
+                store.checkpoints.write(ssp(bucket=bucket), factor, offset * 100 + bucket)
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -167,16 +167,16 @@ def test_concurrent_writers_of_sibling_buckets_lose_no_update(
 
 
 def test_a_corrupt_node_is_named_and_never_overwritten(zk_store: ZkMetadataStore) -> None:
-    path = f"{zk_store.job_folder}/checkpoints/kafka.events.0"
+    path = f"{zk_store.layout.folder}/checkpoints/kafka.events.0"
     bad = b'{"format": 1, "factor": 2, "offsets": [5]}'
     zk_store.client.create(path, bad)
     ops = zk_store.ops
 
     for attempt in (
-        lambda: zk_store.read_checkpoint(ssp(), 1),
-        lambda: zk_store.write_checkpoint(ssp(bucket=1), 2, 9),
-        lambda: zk_store.write_checkpoints({ssp(1): 1, ssp(0): 1}, 1),
-        zk_store.read_checkpoints,
+        lambda: zk_store.checkpoints.read(ssp(), 1),
+        lambda: zk_store.checkpoints.write(ssp(bucket=1), 2, 9),
+        lambda: zk_store.checkpoints.write_many({ssp(1): 1, ssp(0): 1}, 1),
+        zk_store.checkpoints.read_all,
     ):
         with pytest.raises(CorruptDataError) as error:
             attempt()
@@ -189,22 +189,22 @@ def test_a_corrupt_node_is_named_and_never_overwritten(zk_store: ZkMetadataStore
 
 
 def test_a_foreign_node_name_is_corrupt_data(zk_store: ZkMetadataStore) -> None:
-    zk_store.write_checkpoint(ssp(), 1, 1)
-    zk_store.client.create(f"{zk_store.job_folder}/checkpoints/kafka.events", b"{}")
+    zk_store.checkpoints.write(ssp(), 1, 1)
+    zk_store.client.create(f"{zk_store.layout.folder}/checkpoints/kafka.events", b"{}")
     with pytest.raises(CorruptDataError, match=r"is not <system>\.<stream>\.<partition>"):
-        zk_store.read_checkpoints()
+        zk_store.checkpoints.read_all()
 
 
 def test_a_job_set_up_before_checkpoints_gets_the_folder(zk_store: ZkMetadataStore) -> None:
-    folder = f"{zk_store.job_folder}/checkpoints"
+    folder = f"{zk_store.layout.folder}/checkpoints"
     zk_store.client.delete(folder)  # a job folder made before checkpoints existed
-    assert zk_store.read_checkpoints() == {}
-    assert zk_store.read_checkpoint(ssp(), 1) is None
-    zk_store.write_checkpoint(ssp(), 1, 7)
-    assert zk_store.read_checkpoint(ssp(), 1) == 7
+    assert zk_store.checkpoints.read_all() == {}
+    assert zk_store.checkpoints.read(ssp(), 1) is None
+    zk_store.checkpoints.write(ssp(), 1, 7)
+    assert zk_store.checkpoints.read(ssp(), 1) == 7
 
     zk_store.client.delete(folder, recursive=True)  # removed again behind the store's back
-    zk_store.write_checkpoint(ssp(bucket=1), 2, 8)
+    zk_store.checkpoints.write(ssp(bucket=1), 2, 8)
     assert stored(zk_store) == PartitionCheckpoint(2, (None, 8))
 
 
@@ -216,17 +216,17 @@ def test_a_protected_job_refuses_outsiders(
         zk_connect(zk_server.hosts, auth=auth), zk_job_folder, run_id="r", auth=auth
     )
     owner.ensure_layout()
-    owner.write_checkpoint(ssp(), 1, 5)
+    owner.checkpoints.write(ssp(), 1, 5)
     outsider = ZkMetadataStore(zk_connect(zk_server.hosts), zk_job_folder, run_id="r")
     for attempt in (
-        lambda: outsider.read_checkpoint(ssp(), 1),
-        lambda: outsider.write_checkpoint(ssp(), 1, 99),
-        lambda: outsider.write_checkpoint(ssp(1), 1, 99),
-        outsider.read_checkpoints,
+        lambda: outsider.checkpoints.read(ssp(), 1),
+        lambda: outsider.checkpoints.write(ssp(), 1, 99),
+        lambda: outsider.checkpoints.write(ssp(1), 1, 99),
+        outsider.checkpoints.read_all,
     ):
         with pytest.raises(PermissionDenied):
             attempt()
-    assert owner.read_checkpoints() == {ssp(): PartitionCheckpoint.whole(5)}
+    assert owner.checkpoints.read_all() == {ssp(): PartitionCheckpoint.whole(5)}
 
 
 def test_no_message_is_skipped_across_splits_merges_and_crashes(
@@ -249,7 +249,7 @@ def test_no_message_is_skipped_across_splits_merges_and_crashes(
             rng.shuffle(writes)
             for bucket in range(factor):
                 task = SSP(*EVENTS, partition.partition, bucket if factor > 1 else -1)
-                resume = zk_store.read_checkpoint(task, factor) or 0  # none: the earliest
+                resume = zk_store.checkpoints.read(task, factor) or 0  # none: the earliest
                 stop = messages if drain else rng.randint(resume, messages)
                 processed.update(
                     o for o in range(resume, stop) if key_bucket(keys[o], factor) == bucket
@@ -259,17 +259,17 @@ def test_no_message_is_skipped_across_splits_merges_and_crashes(
                     if not drain and rng.random() < 0.3:
                         late.append((task.key_bucket, factor, point))  # lands after the rescale
                     else:
-                        zk_store.write_checkpoint(task, factor, point)
+                        zk_store.checkpoints.write(task, factor, point)
                 # stale writes of the previous factor interleave with this one's
                 while writes and rng.random() < 0.5:
                     bucket_, factor_, offset = writes.pop()
-                    zk_store.write_checkpoint(
+                    zk_store.checkpoints.write(
                         SSP(*EVENTS, partition.partition, bucket_), factor_, offset
                     )
             for bucket_, factor_, offset in writes:
-                zk_store.write_checkpoint(
+                zk_store.checkpoints.write(
                     SSP(*EVENTS, partition.partition, bucket_), factor_, offset
                 )
         assert set(range(messages)) - processed == set(), f"skipped with factors {factors}"
-        final = zk_store.read_checkpoint(SSP(*EVENTS, partition.partition), 1)
+        final = zk_store.checkpoints.read(SSP(*EVENTS, partition.partition), 1)
         assert final is not None and final <= messages  # stale writes may have lowered it

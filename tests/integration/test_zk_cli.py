@@ -16,7 +16,14 @@ from kazoo.client import KazooClient
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.demo.zookeeper import free_port
-from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
+from metadata.model import (
+    BarrierState,
+    ContainerModel,
+    FrozenMap,
+    JobModel,
+    SystemStreamPartition,
+    TaskModel,
+)
 from metadata.serde import load_job_model_document
 from metadata.zk import ZkMetadataStore
 
@@ -70,17 +77,17 @@ def running_job(
     root = f"/cli-{uuid.uuid4().hex[:8]}"
     store = ZkMetadataStore(zk_connect(zk_server.hosts), f"{root}/clicks-1", run_id="r1")
     store.ensure_layout()
-    epoch = store.acquire_epoch()
+    epoch = store.epochs.acquire()
     for version in (1, 2):
-        store.publish_job_model(
+        store.job_models.publish(
             model(version), epoch=epoch, participants=["p-1", "p-2", "p-3"], grouper="host-affinity"
         )
     for pid in ("p-1", "p-2", "p-3"):
-        store.join_barrier(2, pid)
-    store.set_barrier_state(2, "DONE", epoch=epoch)
-    store.register_processor("p-1", "zone-a/node-1")
-    store.register_processor("p-2", "zone-b/node-2")
-    store.write_task_locality({"Partition 0": "zone-a/node-1", "Partition 1": "zone-b/node-2"})
+        store.barriers.join(2, pid)
+    store.barriers.set_state(2, BarrierState.DONE, epoch=epoch)
+    store.processors.register("p-1", "zone-a/node-1")
+    store.processors.register("p-2", "zone-b/node-2")
+    store.locality.write({"Partition 0": "zone-a/node-1", "Partition 1": "zone-b/node-2"})
     yield write_config(tmp_path / "job.yaml", zk_server.hosts, root), store
     store.close()
 
@@ -184,7 +191,7 @@ def test_protected_job_without_credentials_exits_1(
         zk_connect(zk_server.hosts, auth=auth), f"{root}/clicks-1", run_id="r1", auth=auth
     )
     store.ensure_layout()
-    store.publish_job_model(model(1), epoch=store.acquire_epoch(), participants=["p-1"])
+    store.job_models.publish(model(1), epoch=store.epochs.acquire(), participants=["p-1"])
 
     denied = affinity(
         "jobmodel",

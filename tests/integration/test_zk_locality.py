@@ -20,7 +20,7 @@ def locality(tasks: int, locations: int = 10) -> dict[str, str]:
 
 
 def test_empty_job_reads_no_locality(zk_store: ZkMetadataStore) -> None:
-    assert zk_store.read_task_locality() == {}
+    assert zk_store.locality.read() == {}
 
 
 def test_round_trip_of_awkward_task_names(zk_store: ZkMetadataStore) -> None:
@@ -33,9 +33,9 @@ def test_round_trip_of_awkward_task_names(zk_store: ZkMetadataStore) -> None:
         "100% ünïcødé ✓": "zone-c/nödé 3",
         "%41": "literal percent",
     }
-    assert zk_store.write_task_locality(wanted) == len(wanted)
-    assert zk_store.read_task_locality() == wanted
-    names = set(zk_store.client.get_children(f"{zk_store.job_folder}/localityData"))
+    assert zk_store.locality.write(wanted) == len(wanted)
+    assert zk_store.locality.read() == wanted
+    names = set(zk_store.client.get_children(f"{zk_store.layout.folder}/localityData"))
     assert "Partition%200" in names and "%2E" in names and "%2E%2E" in names
 
 
@@ -43,7 +43,7 @@ def test_rewrite_with_one_percent_changed_writes_one_percent(zk_store: ZkMetadat
     tasks = 100_000
     before = locality(tasks)
     started = time.monotonic()
-    full_ops = zk_store.write_task_locality(before)
+    full_ops = zk_store.locality.write(before)
     full_seconds = time.monotonic() - started
     transactions = zk_store.transactions
 
@@ -51,53 +51,53 @@ def test_rewrite_with_one_percent_changed_writes_one_percent(zk_store: ZkMetadat
     for i in range(0, tasks, 100):  # 1% of the tasks move
         changed[f"Partition {i}"] = "zone-9/elsewhere"
     ops_before = zk_store.ops
-    one_percent_ops = zk_store.write_task_locality(changed)
+    one_percent_ops = zk_store.locality.write(changed)
 
     assert full_ops == tasks
     assert transactions > 1  # batched: 100,000 entries do not fit in one request
     assert one_percent_ops == tasks // 100
     assert zk_store.ops - ops_before == tasks // 100  # the store's own operation counter agrees
-    assert zk_store.write_task_locality(changed) == 0  # nothing differs: nothing written
-    assert zk_store.read_task_locality() == changed
+    assert zk_store.locality.write(changed) == 0  # nothing differs: nothing written
+    assert zk_store.locality.read() == changed
     assert full_seconds < 60
 
 
 def test_write_is_a_partial_update(zk_store: ZkMetadataStore) -> None:
-    zk_store.write_task_locality({"t1": "a", "t2": "b"})
-    assert zk_store.write_task_locality({"t2": "c", "t3": "d"}) == 2
-    assert zk_store.read_task_locality() == {"t1": "a", "t2": "c", "t3": "d"}
+    zk_store.locality.write({"t1": "a", "t2": "b"})
+    assert zk_store.locality.write({"t2": "c", "t3": "d"}) == 2
+    assert zk_store.locality.read() == {"t1": "a", "t2": "c", "t3": "d"}
 
 
 def test_new_run_id_starts_empty(
     zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
 ) -> None:
-    zk_store.write_task_locality({"t1": "host-a", "t2": "host-b"})
-    next_run = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.job_folder, run_id="run-2")
+    zk_store.locality.write({"t1": "host-a", "t2": "host-b"})
+    next_run = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-2")
 
-    assert next_run.read_task_locality() == {}
-    ops = next_run.write_task_locality({"t3": "host-c"})
+    assert next_run.locality.read() == {}
+    ops = next_run.locality.write({"t3": "host-c"})
 
     assert ops == 2 + 1 + 1  # two old entries deleted, the run marked, one entry created
-    assert next_run.read_task_locality() == {"t3": "host-c"}
-    assert zk_store.read_task_locality() == {}  # the old run's view is gone too
-    assert next_run.write_task_locality({"t3": "host-c"}) == 0
+    assert next_run.locality.read() == {"t3": "host-c"}
+    assert zk_store.locality.read() == {}  # the old run's view is gone too
+    assert next_run.locality.write({"t3": "host-c"}) == 0
 
 
 def test_each_transaction_stays_under_the_request_limit(zk_store: ZkMetadataStore) -> None:
     # Long names and values: about 2 KB per entry, so 2,000 entries are about 4 MB in all.
     wanted = {f"task-{i}-" + "n" * 900: "zone/" + "v" * 1000 + str(i) for i in range(2000)}
-    assert zk_store.write_task_locality(wanted) == 2000
+    assert zk_store.locality.write(wanted) == 2000
     assert zk_store.transactions >= 4 * 1_000_000 // SAFE_REQUEST_BYTES
-    assert zk_store.read_task_locality() == wanted
+    assert zk_store.locality.read() == wanted
 
 
 def test_garbage_value_is_corrupt_data_and_is_not_overwritten(zk_store: ZkMetadataStore) -> None:
-    zk_store.write_task_locality({"Partition 1": "host-a"})
-    path = f"{zk_store.job_folder}/localityData/Partition%201"
+    zk_store.locality.write({"Partition 1": "host-a"})
+    path = f"{zk_store.layout.folder}/localityData/Partition%201"
     zk_store.client.set(path, b"\xff\xfe\x00garbage")
 
     with pytest.raises(CorruptDataError) as error:
-        zk_store.read_task_locality()
+        zk_store.locality.read()
 
     assert error.value.path == path
     assert "UTF-8" in error.value.problem
@@ -105,30 +105,30 @@ def test_garbage_value_is_corrupt_data_and_is_not_overwritten(zk_store: ZkMetada
 
 
 def test_garbage_node_name_is_corrupt_data(zk_store: ZkMetadataStore) -> None:
-    path = f"{zk_store.job_folder}/localityData/not encoded"
+    path = f"{zk_store.layout.folder}/localityData/not encoded"
     zk_store.client.create(path, b"host-a")
     with pytest.raises(CorruptDataError) as error:
-        zk_store.read_task_locality()
+        zk_store.locality.read()
     assert error.value.path == path
 
 
 def test_garbage_run_marker_is_corrupt_data(zk_store: ZkMetadataStore) -> None:
-    marker = f"{zk_store.job_folder}/localityData"
+    marker = f"{zk_store.layout.folder}/localityData"
     zk_store.client.set(marker, b"[1, 2")
     with pytest.raises(CorruptDataError) as error:
-        zk_store.read_task_locality()
+        zk_store.locality.read()
     assert error.value.path == marker
     with pytest.raises(CorruptDataError):
-        zk_store.write_task_locality({"t": "x"})
+        zk_store.locality.write({"t": "x"})
     assert zk_store.client.get(marker)[0] == b"[1, 2"
 
 
 def test_bad_input_is_refused_before_writing(zk_store: ZkMetadataStore) -> None:
     ops = zk_store.ops
     with pytest.raises(ValueError):
-        zk_store.write_task_locality({"t": ""})
+        zk_store.locality.write({"t": ""})
     with pytest.raises(ValueError):
-        zk_store.write_task_locality({"": "x"})
+        zk_store.locality.write({"": "x"})
     with pytest.raises(ValueError):
-        zk_store.write_task_locality({"t": "line\nbreak"})
+        zk_store.locality.write({"t": "line\nbreak"})
     assert zk_store.ops == ops

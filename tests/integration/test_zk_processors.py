@@ -26,17 +26,17 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 def test_register_and_read_processor_locality(zk_store: ZkMetadataStore) -> None:
-    node = zk_store.register_processor("p-1", "zone-a/node-1", host="node-1", executor="3")
-    zk_store.register_processor("p-2", "zone-b/node-2")
+    node = zk_store.processors.register("p-1", "zone-a/node-1", host="node-1", executor="3")
+    zk_store.processors.register("p-2", "zone-b/node-2")
 
-    live, duplicates = zk_store.read_processors()
+    live, duplicates = zk_store.processors.read()
 
-    assert node.startswith(f"{zk_store.job_folder}/processors/processor-")
+    assert node.startswith(f"{zk_store.layout.folder}/processors/processor-")
     assert [r.processor_id for r in live] == ["p-1", "p-2"]
     assert live[0].node == node and live[0].host == "node-1" and live[0].data["executor"] == "3"
     assert live[0].sequence < live[1].sequence
     assert duplicates == []
-    assert zk_store.read_processor_locality() == {"p-1": "zone-a/node-1", "p-2": "zone-b/node-2"}
+    assert zk_store.processors.locality() == {"p-1": "zone-a/node-1", "p-2": "zone-b/node-2"}
     stored = json.loads(zk_store.client.get(node)[0])
     assert stored["processor_id"] == "p-1" and stored["location_id"] == "zone-a/node-1"
     assert zk_store.client.exists(node).ephemeralOwner == zk_store.client.client_id[0]
@@ -45,26 +45,26 @@ def test_register_and_read_processor_locality(zk_store: ZkMetadataStore) -> None
 def test_duplicate_processor_id_older_registration_wins(
     zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
 ) -> None:
-    other = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.job_folder, run_id="run-1")
-    older = zk_store.register_processor("p-1", "zone-a/node-1")
-    newer = other.register_processor("p-1", "zone-b/node-9")
+    other = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
+    older = zk_store.processors.register("p-1", "zone-a/node-1")
+    newer = other.processors.register("p-1", "zone-b/node-9")
 
-    live, duplicates = zk_store.read_processors()
+    live, duplicates = zk_store.processors.read()
 
     assert [(r.processor_id, r.node) for r in live] == [("p-1", older)]
     assert [(r.processor_id, r.node, r.location_id) for r in duplicates] == [
         ("p-1", newer, "zone-b/node-9")
     ]
-    assert zk_store.read_processor_locality() == {"p-1": "zone-a/node-1"}
+    assert zk_store.processors.locality() == {"p-1": "zone-a/node-1"}
 
 
 def test_expired_session_removes_registration_and_watch_sees_it(
     zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
 ) -> None:
     processor_client = zk_connect(zk_server.hosts)
-    processor = ZkMetadataStore(processor_client, zk_store.job_folder, run_id="run-1")
-    processor.register_processor("p-dies", "zone-a/node-1")
-    zk_store.register_processor("p-stays", "zone-b/node-2")
+    processor = ZkMetadataStore(processor_client, zk_store.layout.folder, run_id="run-1")
+    processor.processors.register("p-dies", "zone-a/node-1")
+    zk_store.processors.register("p-stays", "zone-b/node-2")
     seen: list[list[str]] = []
     changed = threading.Event()
 
@@ -72,7 +72,7 @@ def test_expired_session_removes_registration_and_watch_sees_it(
         seen.append(children)
         changed.set()
 
-    zk_store.watch_processors(on_change)
+    zk_store.processors.watch(on_change)
     assert len(seen[0]) == 2
     changed.clear()
 
@@ -80,34 +80,37 @@ def test_expired_session_removes_registration_and_watch_sees_it(
 
     assert changed.wait(10)
     wait_for(lambda: len(seen[-1]) == 1)
-    assert zk_store.read_processor_locality() == {"p-stays": "zone-b/node-2"}
+    assert zk_store.processors.locality() == {"p-stays": "zone-b/node-2"}
     # The expired client got a new session and can register again.
-    processor.register_processor("p-dies", "zone-a/node-1")
-    assert set(zk_store.read_processor_locality()) == {"p-dies", "p-stays"}
+    processor.processors.register("p-dies", "zone-a/node-1")
+    assert set(zk_store.processors.locality()) == {"p-dies", "p-stays"}
 
 
 def test_unregister_and_stopped_watch(zk_store: ZkMetadataStore) -> None:
     calls: list[list[str]] = []
-    watch = zk_store.watch_processors(calls.append)
-    node = zk_store.register_processor("p-1", "loc")
+    watch = zk_store.processors.watch(calls.append)
+    node = zk_store.processors.register("p-1", "loc")
     wait_for(lambda: len(calls) == 2)
     watch.stop()
 
-    zk_store.unregister_processor(node)
-    zk_store.unregister_processor(node)  # already gone: no error
+    zk_store.processors.unregister(node)
+    zk_store.processors.unregister(node)  # already gone: no error
     time.sleep(0.3)
 
-    assert zk_store.read_processors() == ([], [])
+    assert zk_store.processors.read() == ([], [])
     assert len(calls) == 2
 
 
 def test_garbage_registration_is_reported_with_its_path(zk_store: ZkMetadataStore) -> None:
     path = zk_store.client.create(
-        f"{zk_store.job_folder}/processors/processor-", b"{not json", ephemeral=True, sequence=True
+        f"{zk_store.layout.folder}/processors/processor-",
+        b"{not json",
+        ephemeral=True,
+        sequence=True,
     )
 
     with pytest.raises(CorruptDataError) as error:
-        zk_store.read_processors()
+        zk_store.processors.read()
 
     assert error.value.path == path
     assert "not valid JSON" in error.value.problem
@@ -116,10 +119,10 @@ def test_garbage_registration_is_reported_with_its_path(zk_store: ZkMetadataStor
 
 def test_registration_without_location_is_corrupt(zk_store: ZkMetadataStore) -> None:
     zk_store.client.create(
-        f"{zk_store.job_folder}/processors/processor-",
+        f"{zk_store.layout.folder}/processors/processor-",
         json.dumps({"processor_id": "p-1"}).encode(),
         ephemeral=True,
         sequence=True,
     )
     with pytest.raises(CorruptDataError, match="location_id"):
-        zk_store.read_processor_locality()
+        zk_store.processors.locality()

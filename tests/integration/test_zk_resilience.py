@@ -15,7 +15,7 @@ from metadata.errors import MetadataError
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.serde import dump_job_model
 from metadata.zk import NodeTooLarge, StoreUnavailable, ZkMetadataStore
-from metadata.zk_chunks import split_blob
+from metadata.zk.chunks import split_blob
 
 pytestmark = pytest.mark.zk
 
@@ -47,10 +47,10 @@ def test_server_killed_mid_publish_shows_no_half_model_and_the_client_carries_on
         client, zk_job_folder, run_id="run-1", chunk_size=512, retry_deadline_s=60.0
     )
     store.ensure_layout()
-    node = store.register_processor("p-0", "node-0")
-    epoch = store.acquire_epoch()
+    node = store.processors.register("p-0", "node-0")
+    epoch = store.epochs.acquire()
     first, second = job_model(1, 40), job_model(2, 30_000)
-    store.publish_job_model(first, epoch=epoch, participants=list(first.containers))
+    store.job_models.publish(first, epoch=epoch, participants=list(first.containers))
 
     # A reader on its own session checks every model it can see while the writer is busy.
     reader = ZkMetadataStore(
@@ -66,7 +66,7 @@ def test_server_killed_mid_publish_shows_no_half_model_and_the_client_carries_on
     def read_continuously() -> None:
         while not stop.is_set():
             try:
-                model = reader.read_latest_job_model()
+                model = reader.job_models.read_latest()
             except StoreUnavailable:
                 continue
             except BaseException as exc:  # recorded and asserted on below
@@ -80,7 +80,7 @@ def test_server_killed_mid_publish_shows_no_half_model_and_the_client_carries_on
 
     def publish_second() -> None:
         try:
-            store.publish_job_model(second, epoch=epoch, participants=list(second.containers))
+            store.job_models.publish(second, epoch=epoch, participants=list(second.containers))
         except BaseException as exc:  # recorded and asserted on below
             publish_errors.append(exc)
 
@@ -112,13 +112,13 @@ def test_server_killed_mid_publish_shows_no_half_model_and_the_client_carries_on
     assert publish_errors == []
     assert reader_errors == []
     assert seen and set(seen) <= {1, 2} and seen == sorted(seen)
-    assert store.read_latest_job_model() == second
-    assert reader.read_latest_job_model() == second
+    assert store.job_models.read_latest() == second
+    assert reader.job_models.read_latest() == second
     # Same session after the restart: the registration survived, the client works on.
     assert client.exists(node) is not None
-    assert store.read_processor_locality() == {"p-0": "node-0"}
-    store.write_task_locality({"Partition 1": "node-1"})
-    assert reader.read_task_locality() == {"Partition 1": "node-1"}
+    assert store.processors.locality() == {"p-0": "node-0"}
+    store.locality.write({"Partition 1": "node-1"})
+    assert reader.locality.read() == {"Partition 1": "node-1"}
 
 
 def test_retries_are_bounded_when_the_server_is_gone(
@@ -131,34 +131,34 @@ def test_retries_are_bounded_when_the_server_is_gone(
 
     started = time.monotonic()
     with pytest.raises(StoreUnavailable) as error:
-        store.read_task_locality()
+        store.locality.read()
     elapsed = time.monotonic() - started
 
     assert 1.5 <= elapsed < 6
     assert "did not answer" in error.value.problem
     with pytest.raises(StoreUnavailable):
-        store.write_task_locality({"t": "x"})
+        store.locality.write({"t": "x"})
 
     zk_private_server.start()  # the client is usable again once the server is back
     patient = ZkMetadataStore(client, zk_job_folder, run_id="run-1", retry_deadline_s=30.0)
-    patient.write_task_locality({"t": "x"})
-    assert store.read_task_locality() == {"t": "x"}
+    patient.locality.write({"t": "x"})
+    assert store.locality.read() == {"t": "x"}
 
 
 def test_oversized_writes_are_refused_before_sending(zk_store: ZkMetadataStore) -> None:
     ops = zk_store.ops
     started = time.monotonic()
     with pytest.raises(NodeTooLarge) as error:
-        zk_store.register_processor("p-1", "loc", blob="x" * 1_100_000)
+        zk_store.processors.register("p-1", "loc", blob="x" * 1_100_000)
     with pytest.raises(NodeTooLarge):
-        zk_store.write_task_locality({"t": "y" * 1_048_576})
+        zk_store.locality.write({"t": "y" * 1_048_576})
     with pytest.raises(ValueError):
-        ZkMetadataStore(zk_store.client, zk_store.job_folder, run_id="r", chunk_size=1_048_576)
+        ZkMetadataStore(zk_store.client, zk_store.layout.folder, run_id="r", chunk_size=1_048_576)
 
     assert time.monotonic() - started < 2  # no retry loop
-    assert error.value.path.startswith(f"{zk_store.job_folder}/processors/")
+    assert error.value.path.startswith(f"{zk_store.layout.folder}/processors/")
     assert zk_store.ops == ops
-    assert zk_store.read_processors() == ([], [])
+    assert zk_store.processors.read() == ([], [])
     assert zk_store.client.connected
 
 

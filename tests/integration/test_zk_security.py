@@ -42,18 +42,18 @@ def protected(
     client = zk_connect(zk_server.hosts, auth=AUTH)
     store = ZkMetadataStore(client, zk_job_folder + "/protected", run_id="run-1", auth=AUTH)
     store.ensure_layout()
-    epoch = store.acquire_epoch()
-    store.publish_job_model(model(1), epoch=epoch, participants=["p-1"])
-    store.join_barrier(1, "p-1")
-    store.write_task_locality({"Partition 0": "zone-a/node-1"})
-    store.register_processor("p-1", "zone-a/node-1")
+    epoch = store.epochs.acquire()
+    store.job_models.publish(model(1), epoch=epoch, participants=["p-1"])
+    store.barriers.join(1, "p-1")
+    store.locality.write({"Partition 0": "zone-a/node-1"})
+    store.processors.register("p-1", "zone-a/node-1")
     yield store
     store.close()
 
 
 def test_every_node_of_a_protected_job_has_the_digest_acl(protected: ZkMetadataStore) -> None:
     expected = make_digest_acl("affinity", "s3cret", all=True)
-    paths = tree(protected.client, protected.job_folder)
+    paths = tree(protected.client, protected.layout.folder)
     assert len(paths) > 15
     for path in paths:
         acls, _ = protected.client.get_acls(path)
@@ -67,45 +67,45 @@ def test_client_without_the_credentials_cannot_read_or_change_the_job(
     zk_connect: Callable[..., KazooClient],
     credentials: str,
 ) -> None:
-    before = tree(protected.client, protected.job_folder)
+    before = tree(protected.client, protected.layout.folder)
     outsider = ZkMetadataStore(
         zk_connect(zk_server.hosts, auth=credentials),
-        protected.job_folder,
+        protected.layout.folder,
         run_id="run-1",
         auth=credentials,
     )
     attempts: list[Callable[[], object]] = [
-        outsider.read_latest_version,
-        outsider.read_latest_job_model,
-        lambda: outsider.read_job_model(1),
-        outsider.read_task_locality,
-        outsider.read_processors,
-        lambda: outsider.barrier_state(1),
-        lambda: outsider.write_task_locality({"Partition 0": "evil"}),
-        lambda: outsider.register_processor("p-evil", "evil"),
-        lambda: outsider.join_barrier(1, "p-evil"),
-        outsider.acquire_epoch,
-        outsider.reset_task_locality,
+        outsider.job_models.latest_version,
+        outsider.job_models.read_latest,
+        lambda: outsider.job_models.read(1),
+        outsider.locality.read,
+        outsider.processors.read,
+        lambda: outsider.barriers.state(1),
+        lambda: outsider.locality.write({"Partition 0": "evil"}),
+        lambda: outsider.processors.register("p-evil", "evil"),
+        lambda: outsider.barriers.join(1, "p-evil"),
+        outsider.epochs.acquire,
+        outsider.locality.reset,
     ]
     for attempt in attempts:
         with pytest.raises(PermissionDenied) as error:
             attempt()
-        assert error.value.path.startswith(protected.job_folder)
+        assert error.value.path.startswith(protected.layout.folder)
         assert "permission denied" in error.value.problem
 
-    assert tree(protected.client, protected.job_folder) == before
-    assert protected.read_latest_job_model() == model(1)
-    assert protected.read_task_locality() == {"Partition 0": "zone-a/node-1"}
+    assert tree(protected.client, protected.layout.folder) == before
+    assert protected.job_models.read_latest() == model(1)
+    assert protected.locality.read() == {"Partition 0": "zone-a/node-1"}
 
 
 def test_another_job_can_live_next_to_a_protected_one(
     protected: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
 ) -> None:
-    sibling = protected.job_folder.rsplit("/", 1)[0] + "/open-job"
+    sibling = protected.layout.folder.rsplit("/", 1)[0] + "/open-job"
     store = ZkMetadataStore(zk_connect(zk_server.hosts), sibling, run_id="run-1")
     store.ensure_layout()
-    store.write_task_locality({"t": "x"})
-    assert store.read_task_locality() == {"t": "x"}
+    store.locality.write({"t": "x"})
+    assert store.locality.read() == {"t": "x"}
 
 
 @pytest.fixture(scope="module")
@@ -129,9 +129,9 @@ def test_tls_connection_options_reach_kazoo(
     )
     store = ZkMetadataStore(client, "/affinity/tls-job", run_id="run-1")
     store.ensure_layout()
-    epoch = store.acquire_epoch()
-    store.publish_job_model(model(1), epoch=epoch, participants=["p-1"])
-    assert store.read_latest_job_model() == model(1)
+    epoch = store.epochs.acquire()
+    store.job_models.publish(model(1), epoch=epoch, participants=["p-1"])
+    assert store.job_models.read_latest() == model(1)
 
 
 def test_plain_client_on_the_tls_port_fails_clearly(

@@ -22,9 +22,9 @@ def test_executors_register_as_processors_at_their_hosts_and_follow_losses(
     executors = app.executors()
     expected = {registrar.processor_id(e.executor_id): e.host for e in executors}
     assert set(first.added) == set(expected) and not first.removed
-    assert zk_store.read_processor_locality() == expected
+    assert zk_store.processors.locality() == expected
     assert all(pid.startswith(f"{app.app_id}-exec-") for pid in expected)
-    live, _ = zk_store.read_processors()
+    live, _ = zk_store.processors.read()
     assert {r.data["executor_id"] for r in live} == {e.executor_id for e in executors}
     assert not registrar.sync().changed  # nothing changed: nothing written
 
@@ -38,7 +38,7 @@ def test_executors_register_as_processors_at_their_hosts_and_follow_losses(
     step = registrar.sync()
     assert step.removed == (registrar.processor_id(victim.executor_id),)
     assert step.added == (registrar.processor_id(newcomer.executor_id),)
-    locality = zk_store.read_processor_locality()
+    locality = zk_store.processors.locality()
     assert locality[registrar.processor_id(newcomer.executor_id)] == victim.host  # same location
     assert registrar.processor_id(victim.executor_id) not in locality
     assert registrar.placement({"Partition 0": registrar.processor_id(newcomer.executor_id)}) == {
@@ -46,7 +46,7 @@ def test_executors_register_as_processors_at_their_hosts_and_follow_losses(
     }
 
     registrar.close()
-    assert zk_store.read_processor_locality() == {}
+    assert zk_store.processors.locality() == {}
 
 
 def test_registrations_come_back_after_a_zookeeper_session_expiry(
@@ -54,12 +54,12 @@ def test_registrations_come_back_after_a_zookeeper_session_expiry(
 ) -> None:
     with ExecutorRegistrar.for_context(app.sc, zk_store) as registrar:
         registrar.sync()
-        before = zk_store.read_processor_locality()
+        before = zk_store.processors.locality()
         zk_server.expire_session(zk_client)  # the server deletes our ephemeral nodes
-        assert zk_store.read_processor_locality() == {}
+        assert zk_store.processors.locality() == {}
         step = registrar.sync()
         assert set(step.restored) == set(before) and not step.added and not step.removed
-        assert zk_store.read_processor_locality() == before
+        assert zk_store.processors.locality() == before
 
 
 def test_probed_locations_ask_each_executor_for_its_own_location(
@@ -72,6 +72,6 @@ def test_probed_locations_ask_each_executor_for_its_own_location(
     ) as registrar:
         registrar.sync()
         # No AFFINITY_LOCATION_ID on these executors: each reports its own host.
-        assert zk_store.read_processor_locality() == {
+        assert zk_store.processors.locality() == {
             f"probed-exec-{e.executor_id}": e.host for e in executors
         }

@@ -27,7 +27,7 @@ from metadata.checkpoints import (
     with_offset,
 )
 from metadata.errors import CorruptDataError, MetadataError
-from metadata.zk_layout import JobLayout, checkpoint_name, parse_checkpoint_name
+from metadata.zk.layout import JobLayout, checkpoint_name, parse_checkpoint_name
 
 FACTORS = [1, 2, 4, 8, 16]
 offsets_st = st.one_of(st.none(), st.integers(0, 1000), st.just(MAX_OFFSET))

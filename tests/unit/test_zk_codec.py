@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from metadata.errors import CorruptDataError
-from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
-from metadata.zk_chunks import (
+from metadata.zk.chunks import (
     Manifest,
     chunk_epoch,
     compress_view,
@@ -23,15 +22,14 @@ from metadata.zk_chunks import (
     split_blob,
     view_index,
 )
-from metadata.zk_jobmodels import losing_processors
-from metadata.zk_layout import (
+from metadata.zk.layout import (
     JobLayout,
     decode_name,
     encode_name,
     parse_int_name,
     processor_sequence,
 )
-from metadata.zk_multiread import MultiRead
+from metadata.zk.multiread import MultiRead
 
 PATH = "/affinity/job-1/jobModels/3"
 
@@ -212,39 +210,13 @@ def test_multiread_framing() -> None:
     assert isinstance(denied, NoAuthError)
 
 
-def test_manifest_base_and_losing_round_trip_and_promise() -> None:
+def test_manifest_base_and_losing_round_trip() -> None:
     manifest, _ = split(b"payload")
     planned = replace(manifest, base=2, losing=("p-2",))
     decoded = Manifest.from_bytes(planned.to_bytes(), PATH)
     assert decoded == planned
-    assert decoded.keeps_everything("p-1", 2)
-    assert not decoded.keeps_everything("p-2", 2)  # loses a task
-    assert not decoded.keeps_everything("p-1", 1)  # runs another version than the base
-    assert not decoded.keeps_everything("p-1", None)
-    assert not manifest.keeps_everything("p-1", 2)  # no plan in the manifest: no promise
+    assert manifest.base is None and manifest.losing == ()  # no plan in the manifest
     document = json.loads(planned.to_bytes())
     document["losing"] = [1]
     with pytest.raises(CorruptDataError, match="losing"):
         Manifest.from_bytes(json.dumps(document).encode(), PATH)
-
-
-def test_losing_processors_are_those_that_do_not_keep_every_task() -> None:
-    def t(i: int, changelog: int = -1) -> TaskModel:
-        ssp = SystemStreamPartition("k", "s", i)
-        return TaskModel(f"Partition {i}", frozenset({ssp}), changelog)
-
-    def m(version: int, assignment: dict[str, list[TaskModel]]) -> JobModel:
-        return JobModel(
-            version,
-            FrozenMap(
-                {
-                    pid: ContainerModel(pid, None, FrozenMap({x.name: x for x in tasks}))
-                    for pid, tasks in assignment.items()
-                }
-            ),
-        )
-
-    before = m(1, {"a": [t(0), t(1)], "b": [t(2)], "c": [t(3)], "d": []})
-    after = m(2, {"a": [t(0), t(1), t(4)], "b": [t(2, changelog=7)], "e": [t(3)], "d": [t(5)]})
-    # a keeps all (and gains); b's task changed; c is gone; d had nothing to lose.
-    assert losing_processors(before, after) == ("b", "c")

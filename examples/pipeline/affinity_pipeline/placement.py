@@ -63,13 +63,13 @@ class JobModelPlacement:
 
     def plan(self) -> PlanStep:
         """Group the tasks over the live processors; a new version if the assignment changed."""
-        processors = self.store.read_processor_locality()
+        processors = self.store.processors.locality()
         if not processors:
             raise RuntimeError("no live processors registered")
         previous = {} if self.model is None else self.model.task_to_processor()
         metadata = GrouperMetadata(
             processor_locality=processors,
-            task_locality=self.store.read_task_locality(),
+            task_locality=self.store.locality.read(),
             previous_task_to_processor={t: p for t, p in previous.items() if p in processors},
         )
         containers = self.grouper.group(self.tasks, metadata)
@@ -84,4 +84,4 @@ class JobModelPlacement:
 
     def record(self, task_locality: Mapping[str, str]) -> int:
         """Write where the tasks ran (differentially); returns the ZooKeeper writes."""
-        return self.store.write_task_locality(task_locality)
+        return self.store.locality.write(task_locality)

@@ -96,14 +96,14 @@ class ElasticPipeline:
     def plan(self) -> JobModel:
         """A job model of the current factor's tasks over the registered executors."""
         self.registrar.sync()
-        processors = self.store.read_processor_locality()
+        processors = self.store.processors.locality()
         if not processors:
             raise RuntimeError("no executors registered")
         tasks = elastic_tasks(self.config, self.factor)
         previous = self.model
         metadata = GrouperMetadata(
             processor_locality=processors,
-            task_locality=self.store.read_task_locality(),
+            task_locality=self.store.locality.read(),
             previous_task_to_processor={}
             if previous is None
             else {t: p for t, p in previous.task_to_processor().items() if p in processors},
@@ -123,7 +123,7 @@ class ElasticPipeline:
         model = self.plan()
         tasks = {t.name: t for t in elastic_tasks(self.config, factor)}
         offsets = {
-            name: self.store.read_checkpoint(task_ssp(task), factor) or 0
+            name: self.store.checkpoints.read(task_ssp(task), factor) or 0
             for name, task in tasks.items()
         }
         events = split_events(generate_batch(batch, self.config.events), factor, self.config)
@@ -148,8 +148,8 @@ class ElasticPipeline:
             description=f"elastic pipeline: batch {batch} at factor {factor}",
         )
         outcomes = run.results
-        self.store.write_checkpoints({task_ssp(t): batch + 1 for t in tasks.values()}, factor)
-        self.store.write_task_locality({t: o.location for t, o in outcomes.items()})
+        self.store.checkpoints.write_many({task_ssp(t): batch + 1 for t in tasks.values()}, factor)
+        self.store.locality.write({t: o.location for t, o in outcomes.items()})
         self.next_batch = batch + 1
         return ElasticBatch(
             batch=batch,

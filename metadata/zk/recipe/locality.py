@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from kazoo.protocol.states import ZnodeStat
 
 from metadata.errors import CorruptDataError
-from metadata.zk_errors import NotFound, WriteConflict
-from metadata.zk_layout import JobLayout, decode_name
-from metadata.zk_ops import Op, ZkOps
+from metadata.zk.errors import NotFound, WriteConflict
+from metadata.zk.layout import JobLayout, decode_name
+from metadata.zk.ops import Op, ZkOps
 
 __all__ = ["TaskLocalityStore"]
 
@@ -31,7 +31,15 @@ _CONFLICTS = (WriteConflict, NotFound)
 
 
 class TaskLocalityStore:
-    """Reads and differentially writes the task locality of one run of one job."""
+    """Reads and differentially writes the task locality of one run of one job.
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store`` (of run ``store.run_id``)::
+
+        store.locality.write({"Partition 0": "zone-a/node-1"})   # only what changed is written
+        store.locality.read()                                    # {"Partition 0": "zone-a/node-1"}
+        store.locality.reset()                                   # a new run starts empty (I7)
+
+    """
 
     def __init__(
         self, ops: ZkOps, layout: JobLayout, run_id: str, *, max_attempts: int = 5

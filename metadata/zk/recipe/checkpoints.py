@@ -12,7 +12,7 @@ Writes are read-modify-write with compare-and-set: read the node and its znode v
 ``with_offset`` for each bucket written, then ``set`` expecting that version (``create`` if the
 node is missing). A write that loses a race (the version moved, the node was created or deleted
 meanwhile) re-reads and tries again after a short random pause, at most ``max_attempts`` times
-(tenacity), then :class:`~metadata.zk_errors.WriteConflict`. So concurrent writers of sibling
+(tenacity), then :class:`~metadata.zk.errors.WriteConflict`. So concurrent writers of sibling
 buckets never lose each other's updates, and a write whose answer was lost to a connection drop
 is harmless: the retry finds the value already there and writes nothing (writes are differential:
 an unchanged checkpoint is not written again).
@@ -42,9 +42,9 @@ from metadata.checkpoints import (
     with_offset,
 )
 from metadata.model import SystemStreamPartition
-from metadata.zk_errors import TransactionRejected, WriteConflict
-from metadata.zk_layout import JobLayout, parse_checkpoint_name
-from metadata.zk_ops import Op, ZkOps
+from metadata.zk.errors import TransactionRejected, WriteConflict
+from metadata.zk.layout import JobLayout, parse_checkpoint_name
+from metadata.zk.ops import Op, ZkOps
 
 __all__ = ["CheckpointStore", "partition_of"]
 
@@ -67,7 +67,17 @@ def _lost_race(exc: TransactionRejected) -> bool:
 
 
 class CheckpointStore:
-    """Reads and writes the checkpoints of one job (see the module docstring)."""
+    """Reads and writes the checkpoints of one job (see the module docstring).
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
+
+        events_3 = SystemStreamPartition("kafka", "events", 3)
+        store.checkpoints.write(events_3, 1, 120)          # the whole partition (factor 1)
+        bucket = SystemStreamPartition("kafka", "events", 3, key_bucket=1)
+        store.checkpoints.read(bucket, 4)                  # 120: a split inherits
+        store.checkpoints.read_all()                       # {events_3: PartitionCheckpoint(...)}
+
+    """
 
     def __init__(
         self,

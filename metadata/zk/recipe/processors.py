@@ -22,10 +22,10 @@ from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from metadata.errors import CorruptDataError
-from metadata.zk_errors import NotFound
-from metadata.zk_layout import PROCESSOR_PREFIX, JobLayout, processor_sequence
-from metadata.zk_ops import ZkOps
-from metadata.zk_watch import Watch
+from metadata.zk.errors import NotFound
+from metadata.zk.layout import PROCESSOR_PREFIX, JobLayout, processor_sequence
+from metadata.zk.ops import ZkOps
+from metadata.zk.watch import Watch
 
 __all__ = ["ProcessorRegistration", "ProcessorRegistry"]
 
@@ -45,7 +45,17 @@ class ProcessorRegistration:
 
 
 class ProcessorRegistry:
-    """Registers processors and reads who is alive, and where."""
+    """Registers processors and reads who is alive, and where.
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
+
+        node = store.processors.register("p-1", "zone-a/node-1", host="node-1")
+        live, duplicates = store.processors.read()
+        store.processors.locality()                  # {"p-1": "zone-a/node-1", ...}
+        watch = store.processors.watch(lambda children: print(children))
+        store.processors.unregister(node)
+
+    """
 
     def __init__(self, ops: ZkOps, layout: JobLayout) -> None:
         self._ops = ops

@@ -6,18 +6,19 @@ node's znode version after the bump. Every leader write is a transaction whose f
 :meth:`LeaderEpochs.guard` (``check(leader/epoch, zversion)``): once another coordinator acquires
 a newer epoch, the old leader's transactions are refused whole, and the store raises
 :class:`FencedOut` (kazoo reports a failed check by *returning* errors from ``commit()``; the
-store turns that into the exception).
+store turns that into the exception). :meth:`LeaderEpochs.fence` gives the
+:class:`~metadata.zk.fenced.Fence` that commits such transactions.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 from metadata.errors import CorruptDataError
-from metadata.zk_errors import FencedOut, NodeExists, VersionMismatch, WriteConflict
-from metadata.zk_layout import JobLayout
-from metadata.zk_ops import Op, ZkOps
+from metadata.zk.errors import FencedOut, VersionMismatch, WriteConflict
+from metadata.zk.fenced import Fence
+from metadata.zk.layout import JobLayout
+from metadata.zk.ops import Op, ZkOps
 
 __all__ = ["LeaderEpoch", "LeaderEpochs"]
 
@@ -31,7 +32,16 @@ class LeaderEpoch:
 
 
 class LeaderEpochs:
-    """Reads, acquires and checks the leader epoch of one job."""
+    """Reads, acquires and checks the leader epoch of one job.
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
+
+        epoch = store.epochs.acquire()          # after winning the election
+        store.job_models.publish(model, epoch=epoch, participants=live)
+        if not store.epochs.holds(epoch):       # another coordinator took over
+            ...
+
+    """
 
     def __init__(self, ops: ZkOps, layout: JobLayout, *, max_attempts: int = 20) -> None:
         self._ops = ops
@@ -63,8 +73,8 @@ class LeaderEpochs:
         for _ in range(self._max_attempts):
             found = self._ops.get(self._path, "read leader epoch")
             if found is None:
-                with contextlib.suppress(NodeExists):  # created concurrently: read it again
-                    self._ops.create(self._path, b"0", what="create leader epoch")
+                # create it (or find it created concurrently), then read it again
+                self._ops.ensure(self._path, b"0", what="create leader epoch")
                 continue
             data, stat = found
             epoch = self._parse(data) + 1
@@ -87,6 +97,12 @@ class LeaderEpochs:
         """The check that fences a leader transaction on ``epoch``."""
         return Op("check", self._path, version=epoch.zversion)
 
+    def fence(self, epoch: LeaderEpoch) -> Fence:
+        """Commits transactions fenced on ``epoch`` (:class:`FencedOut` once it moved on)."""
+        return Fence(
+            self._ops, epoch.epoch, self.guard(epoch), lambda what: self.fenced_out(epoch, what)
+        )
+
     def holds(self, epoch: LeaderEpoch) -> bool:
         """True while ``epoch`` is still the epoch in force."""
         current = self.current()
@@ -98,6 +114,7 @@ class LeaderEpochs:
             raise self.fenced_out(epoch, what)
 
     def fenced_out(self, epoch: LeaderEpoch, what: str) -> FencedOut:
+        """The error of a write by ``epoch`` refused because the job's epoch moved on."""
         current = self.current()
         now = f"epoch {current.epoch}" if current else "no epoch"
         return FencedOut(

@@ -7,111 +7,58 @@ The leader creates barrier v in the same transaction that publishes job model v
 leader watches the participants and marks the barrier ``DONE`` when every expected processor has
 joined, or ``TIMED_OUT``; a decided barrier stays decided. Marking is a leader write, fenced by
 the leader epoch.
+
+States are :class:`~metadata.model.BarrierState` members; a state node holding anything else is
+:class:`~metadata.errors.CorruptDataError` naming it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from kazoo.exceptions import (
-    ConnectionClosedError,
-    ConnectionLoss,
-    KazooException,
-    NoNodeError,
-    SessionExpiredError,
-)
-from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from metadata.errors import CorruptDataError
-from metadata.zk_epoch import LeaderEpoch, LeaderEpochs
-from metadata.zk_errors import NodeExists, NotFound, TransactionRejected, WriteConflict
-from metadata.zk_layout import JobLayout, decode_name, encode_name
-from metadata.zk_ops import Op, ZkOps
-from metadata.zk_watch import Watch
+from metadata.model import BarrierState
+from metadata.zk.errors import NodeExists, NotFound, TransactionRejected, WriteConflict
+from metadata.zk.layout import BARRIER_PREFIX, JobLayout, decode_name, encode_name, parse_int_name
+from metadata.zk.ops import Op, ZkOps
+from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
+from metadata.zk.watch import CoalescedChildrenWatch, Watch
 
-__all__ = ["DONE", "NEW", "STATES", "TIMED_OUT", "Barriers"]
+__all__ = ["Barriers"]
 
-NEW = "NEW"
-DONE = "DONE"
-TIMED_OUT = "TIMED_OUT"
-STATES = frozenset({NEW, DONE, TIMED_OUT})
-
-
-class _CoalescedChildren:
-    """A children watch that re-reads the list ``delay_s`` after a change (not at once), so a
-    burst of changes costs one read. ``callback(names)`` returns False to end the watch; the
-    watch also ends when the node is gone. The first read (:meth:`fetch`) is synchronous; later
-    ones run on a timer thread, and a failed re-read (connection trouble) is retried, logged,
-    until the node is gone or the session is closed."""
-
-    def __init__(
-        self, ops: ZkOps, path: str, callback: Callable[[list[str]], bool], delay_s: float
-    ) -> None:
-        self._ops = ops
-        self._path = path
-        self._callback = callback
-        self._delay_s = delay_s
-        self._lock = threading.Lock()
-        self._pending = False
-        self._ended = False
-
-    def fetch(self) -> None:
-        with self._lock:
-            self._pending = False
-            if self._ended:
-                return
-        try:
-            names = self._ops.client.get_children(self._path, watch=self._on_event)
-        except NoNodeError:
-            self._ended = True
-            return
-        if not self._callback(names):
-            self._ended = True
-
-    def _on_event(self, event: WatchedEvent) -> None:
-        if event.type == EventType.DELETED:
-            self._ended = True
-            return
-        with self._lock:
-            if self._pending or self._ended:
-                return
-            self._pending = True
-        timer = threading.Timer(self._delay_s, self._refetch)
-        timer.daemon = True
-        timer.start()
-
-    def _refetch(self) -> None:
-        while True:
-            try:
-                self.fetch()
-                return
-            except (ConnectionLoss, ConnectionClosedError, SessionExpiredError):
-                if not self._ops.client.connected and self._ops.client.state == "LOST":
-                    return
-                self._ops.log.warning("zk.barrier_participants_reread_failed", path=self._path)
-                time.sleep(0.2)
-            except KazooException:
-                self._ops.log.exception("zk.barrier_participants_reread_failed", path=self._path)
-                return
+_DECIDED = (BarrierState.DONE, BarrierState.TIMED_OUT)
 
 
 @dataclass
 class _Seen:
     """What a barrier watch has seen so far (both kazoo watches update it)."""
 
-    state: str | None = None
+    state: BarrierState | None = None
     existed: bool = False
     participants: frozenset[str] = frozenset()
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Barriers:
-    """Creates, joins, watches and decides the barriers of one job."""
+    """Creates, joins, watches and decides the version barriers of one job.
+
+    Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
+
+        # a processor named in job model 7
+        store.barriers.join(7, "p-1")
+        watch = store.barriers.watch_state(7, lambda state: print(state))  # NEW, then DONE
+
+        # the leader, once every expected processor joined
+        if store.barriers.participants(7) >= store.barriers.expected(7):
+            store.barriers.set_state(7, BarrierState.DONE, epoch=epoch)
+
+    """
 
     def __init__(
         self, ops: ZkOps, layout: JobLayout, epochs: LeaderEpochs, *, coalesce_s: float = 0.005
@@ -130,7 +77,7 @@ class Barriers:
         data = json.dumps(document, separators=(",", ":")).encode()
         return [
             Op("create", self._layout.barrier(version), data),
-            Op("create", self._layout.barrier_state(version), NEW.encode()),
+            Op("create", self._layout.barrier_state(version), BarrierState.NEW.encode()),
             Op("create", self._layout.barrier_participants(version), b""),
         ]
 
@@ -160,19 +107,21 @@ class Barriers:
             ) from None
         self._ops.log.info("zk.barrier_joined", version=version, processor_id=processor_id)
 
-    def state(self, version: int) -> str | None:
+    def state(self, version: int) -> BarrierState | None:
         """NEW, DONE or TIMED_OUT; None if barrier ``version`` does not exist."""
         found = self._ops.get(self._layout.barrier_state(version), "read barrier state")
         return None if found is None else self._decode_state(version, found[0])
 
-    def _decode_state(self, version: int, data: bytes) -> str:
-        state = data.decode("utf-8", errors="replace")
-        if state not in STATES:
+    def _decode_state(self, version: int, data: bytes) -> BarrierState:
+        text = data.decode("utf-8", errors="replace")
+        try:
+            return BarrierState(text)
+        except ValueError:
             raise CorruptDataError(
                 self._layout.barrier_state(version),
-                f"barrier state should be one of {sorted(STATES)}, got {state[:40]!r}",
-            )
-        return state
+                f"barrier state should be one of {sorted(s.value for s in BarrierState)}, "
+                f"got {text[:40]!r}",
+            ) from None
 
     def participants(self, version: int) -> set[str]:
         """The processor ids that joined barrier ``version`` (NotFound if it does not exist)."""
@@ -197,14 +146,16 @@ class Barriers:
             raise CorruptDataError(path, "barrier has no list of expected processor ids")
         return set(expected)
 
-    def set_state(self, version: int, state: str, *, epoch: LeaderEpoch) -> None:
+    def set_state(self, version: int, state: BarrierState, *, epoch: LeaderEpoch) -> None:
         """Decide barrier ``version`` (DONE or TIMED_OUT), fenced by ``epoch``.
 
         Setting the state it already has is a no-op; changing a decided barrier raises
         :class:`WriteConflict`; a deposed leader gets :class:`FencedOut` and changes nothing.
         """
-        if state not in (DONE, TIMED_OUT):
-            raise ValueError(f"a barrier can only be marked DONE or TIMED_OUT, not {state!r}")
+        if state not in _DECIDED:
+            raise ValueError(f"a barrier can only be marked DONE or TIMED_OUT, not {str(state)!r}")
+        state = BarrierState(state)
+        what = f"mark barrier {version} {state}"
         path = self._layout.barrier_state(version)
         found = self._ops.get(path, "read barrier state")
         if found is None:
@@ -212,19 +163,15 @@ class Barriers:
         current = self._decode_state(version, found[0])
         if current == state:
             return
-        if current != NEW:
+        if current != BarrierState.NEW:
             raise WriteConflict(
                 path, f"barrier {version} is already {current}; cannot mark it {state}"
             )
-        guard = self._epochs.guard(epoch)
         try:
-            self._ops.commit(
-                [guard, Op("set", path, state.encode(), version=found[1].version)],
-                f"mark barrier {version} {state}",
+            self._epochs.fence(epoch).commit(
+                [Op("set", path, state.encode(), version=found[1].version)], what
             )
-        except TransactionRejected as exc:
-            if exc.index == 0:
-                raise self._epochs.fenced_out(epoch, f"mark barrier {version} {state}") from None
+        except TransactionRejected:
             if self.state(version) == state:  # our own earlier attempt, its answer lost
                 return
             raise WriteConflict(
@@ -232,7 +179,9 @@ class Barriers:
             ) from None
         self._ops.log.info("zk.barrier_decided", version=version, state=state, epoch=epoch.epoch)
 
-    def watch(self, version: int, callback: Callable[[str | None, set[str]], None]) -> Watch:
+    def watch(
+        self, version: int, callback: Callable[[BarrierState | None, set[str]], None]
+    ) -> Watch:
         """Call ``callback(state, participants)`` now and whenever either changes.
 
         ``state`` is None once the barrier is gone (removed by retention); the watch then ends.
@@ -276,14 +225,14 @@ class Barriers:
 
         def start() -> None:
             DataWatch(self._ops.client, self._layout.barrier_state(version), on_state)
-            _CoalescedChildren(
+            CoalescedChildrenWatch(
                 self._ops, participants_path, on_participants, self._coalesce_s
             ).fetch()
 
         self._ops.call("watch barrier", self._layout.barrier(version), start)
         return watch
 
-    def watch_state(self, version: int, callback: Callable[[str | None], None]) -> Watch:
+    def watch_state(self, version: int, callback: Callable[[BarrierState | None], None]) -> Watch:
         """Call ``callback(state)`` now and whenever barrier ``version``'s state changes; None
         while it does not exist (or once removed by retention, which ends the watch).
 
@@ -311,6 +260,16 @@ class Barriers:
             "watch barrier state", path, lambda: DataWatch(self._ops.client, path, on_state)
         )
         return watch
+
+    def versions(self) -> list[int]:
+        """The versions of the barriers stored, sorted (whatever their state)."""
+        versions = []
+        for name in self._ops.children(self._layout.barriers, "list barriers") or []:
+            if name.startswith(BARRIER_PREFIX):
+                version = parse_int_name(name.removeprefix(BARRIER_PREFIX))
+                if version is not None:
+                    versions.append(version)
+        return sorted(versions)
 
     def delete_ops(self, version: int) -> list[Op]:
         """Operations removing barrier ``version`` and everything under it (children first)."""

@@ -4,12 +4,10 @@
 
 - waits (bounded) for the client to be connected, then sends the request and waits at most
   ``op_timeout_s`` for the answer;
-- retries transient failures (``ConnectionLoss``, ``SessionMoved``, ``OperationTimeout``, a
-  request timeout, not connected) with tenacity: exponential back-off up to 1 s, at most
-  ``max_attempts`` attempts and ``retry_deadline_s`` seconds, each retry logged; then raises
-  :class:`StoreUnavailable`;
-- maps every other kazoo error to a :class:`~metadata.zk_errors.ZkStoreError` naming the path
-  (``NoAuth`` -> :class:`PermissionDenied`, ``NoNode`` -> :class:`NotFound`, ...);
+- retries transient failures with tenacity (bounded: ``max_attempts``, ``retry_deadline_s``) and
+  maps every other kazoo error to a :class:`~metadata.zk.errors.ZkStoreError` naming the path
+  (:mod:`metadata.zk.retry`);
+- reads many nodes in multiRead batches (:mod:`metadata.zk.multiread`);
 - refuses, before sending, any request ZooKeeper would reject for its size (ZooKeeper reports
   those as a lost connection, which would otherwise be retried forever): :class:`NodeTooLarge`;
 - counts write operations (``ops``: creates, sets and deletes, including those inside
@@ -23,47 +21,21 @@ set with :class:`VersionMismatch`. The recipes handle these explicitly.
 from __future__ import annotations
 
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-import tenacity
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
-    AuthFailedError,
-    BadVersionError,
-    ConnectionLoss,
-    KazooException,
-    NoAuthError,
-    NodeExistsError,
     NoNodeError,
-    NotEmptyError,
-    OperationTimeoutError,
-    RolledBackError,
-    RuntimeInconsistency,
-    SessionExpiredError,
-    SessionMovedError,
     UnimplementedError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
-from metadata.zk_errors import (
-    NodeExists,
-    NodeTooLarge,
-    NotFound,
-    PermissionDenied,
-    SessionLost,
-    StoreUnavailable,
-    TransactionRejected,
-    VersionMismatch,
-    WriteConflict,
-    ZkStoreError,
-)
-from metadata.zk_multiread import send_multi_read
+from metadata.zk.errors import NodeExists, NodeTooLarge
+from metadata.zk.multiread import Found, read_batched, read_each
+from metadata.zk.retry import NotConnected, call_with_retries
+from metadata.zk.transaction import Op, add_to, batches, rejection
 
 __all__ = ["REQUEST_LIMIT", "SAFE_REQUEST_BYTES", "Op", "ZkOps"]
 
@@ -73,39 +45,8 @@ T = TypeVar("T")
 REQUEST_LIMIT = 1_048_575
 #: What the store allows itself per request, leaving room for headers.
 SAFE_REQUEST_BYTES = 1_000_000
-#: multiRead requests (or single gets, for large nodes) in flight at once.
-_BATCHES_IN_FLIGHT = 4
-_REQUESTS_IN_FLIGHT = 16
 #: Rough per-operation overhead of a request (headers, flags, versions), in bytes.
 _OP_OVERHEAD = 64
-
-
-class _NotConnected(Exception):
-    """The client has no connection right now (transient)."""
-
-
-_TRANSIENT: tuple[type[BaseException], ...] = (
-    ConnectionLoss,
-    SessionMovedError,
-    OperationTimeoutError,
-    KazooTimeoutError,
-    _NotConnected,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One operation of a transaction."""
-
-    kind: Literal["create", "set", "delete", "check"]
-    path: str
-    data: bytes = b""
-    version: int = -1
-    ephemeral: bool = False
-
-    @property
-    def writes(self) -> bool:
-        return self.kind != "check"
 
 
 class ZkOps:
@@ -178,7 +119,7 @@ class ZkOps:
             return
         self._connected.wait(timeout=1.0)
         if not self.client.connected:
-            raise _NotConnected("not connected to ZooKeeper")
+            raise NotConnected("not connected to ZooKeeper")
 
     def _wait(self, async_result: Any) -> Any:
         return async_result.get(timeout=self.op_timeout_s)
@@ -186,65 +127,21 @@ class ZkOps:
     # ---------------------------------------------------------------- the retry loop
 
     def call(self, what: str, path: str, attempt: Callable[[], T]) -> T:
-        """Run ``attempt`` with bounded retries of transient failures; map kazoo errors."""
-        started = time.monotonic()
-        retrying = tenacity.Retrying(
-            stop=(
-                tenacity.stop_after_delay(self.retry_deadline_s)
-                | tenacity.stop_after_attempt(self.max_attempts)
-            ),
-            wait=tenacity.wait_exponential(multiplier=0.05, max=1.0)
-            + tenacity.wait_random(0, 0.05),
-            retry=tenacity.retry_if_exception_type(_TRANSIENT),
-            before_sleep=self._log_retry(what, path),
-            reraise=True,
+        """Run ``attempt`` once connected, with bounded retries of transient failures; map kazoo
+        errors (:func:`~metadata.zk.retry.call_with_retries`)."""
+
+        def connected_attempt() -> T:
+            self._await_connection()
+            return attempt()
+
+        return call_with_retries(
+            what,
+            path,
+            connected_attempt,
+            log=self.log,
+            deadline_s=self.retry_deadline_s,
+            max_attempts=self.max_attempts,
         )
-        try:
-            for try_ in retrying:
-                with try_:
-                    self._await_connection()
-                    return attempt()
-        except _TRANSIENT as exc:
-            elapsed = time.monotonic() - started
-            self.log.error("zk.unavailable", what=what, path=path, error=repr(exc), seconds=elapsed)
-            raise StoreUnavailable(
-                path,
-                f"{what}: ZooKeeper did not answer within {elapsed:.1f}s "
-                f"(bounded retries of {type(exc).__name__})",
-            ) from exc
-        except (NoAuthError, AuthFailedError) as exc:
-            raise PermissionDenied(
-                path,
-                f"{what}: permission denied ({type(exc).__name__}); the job is protected by an "
-                "ACL and this client has no or other credentials (zookeeper.auth)",
-            ) from exc
-        except SessionExpiredError as exc:  # also ConnectionClosedError
-            raise SessionLost(path, f"{what}: the ZooKeeper session expired or was closed") from exc
-        except NoNodeError as exc:
-            raise NotFound(path, f"{what}: no such node (or no parent node)") from exc
-        except NodeExistsError as exc:
-            raise NodeExists(path, f"{what}: the node already exists") from exc
-        except BadVersionError as exc:
-            raise VersionMismatch(path, f"{what}: the node changed meanwhile") from exc
-        except NotEmptyError as exc:
-            raise WriteConflict(path, f"{what}: the node has children") from exc
-        except KazooException as exc:
-            raise ZkStoreError(path, f"{what}: {type(exc).__name__}: {exc}") from exc
-        raise AssertionError("unreachable: tenacity either returns or raises")
-
-    def _log_retry(self, what: str, path: str) -> Callable[[tenacity.RetryCallState], None]:
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome else None
-            self.log.warning(
-                "zk.retry",
-                what=what,
-                path=path,
-                attempt=state.attempt_number,
-                error=repr(error),
-                next_wait_s=round(state.upcoming_sleep, 3),
-            )
-
-        return before_sleep
 
     # ---------------------------------------------------------------- sizes
 
@@ -303,81 +200,28 @@ class ZkOps:
 
     def get_many(
         self, paths: Iterable[str], what: str, parent: str, *, large: bool = False
-    ) -> dict[str, tuple[bytes, ZnodeStat] | None]:
+    ) -> Found:
         """Read many nodes; None = missing. Small nodes go ``read_batch`` to a multiRead request
-        (see :mod:`metadata.zk_multiread`); ``large`` nodes (job-model chunks) one request each,
+        (see :mod:`metadata.zk.multiread`); ``large`` nodes (job-model chunks) one request each,
         pipelined, so no answer grows beyond ZooKeeper's limit."""
         wanted = list(paths)
         if not wanted:
             return {}
 
-        def attempt() -> dict[str, tuple[bytes, ZnodeStat] | None]:
+        def attempt() -> Found:
             if large or not self._multi_read:
-                return self._get_each(wanted, what)
+                return read_each(self.client, wanted, what, wait=self._wait)
             try:
-                return self._get_batched(wanted, what)
+                return read_batched(
+                    self.client, wanted, what, wait=self._wait, batch=self.read_batch
+                )
             except UnimplementedError:
                 self.log.warning("zk.multiread_unsupported", fallback="one request per node")
                 self._multi_read = False
-                return self._get_each(wanted, what)
+                return read_each(self.client, wanted, what, wait=self._wait)
 
         found = self.call(what, parent, attempt)
         self._count(reads=len(wanted))
-        return found
-
-    def _result(
-        self, path: str, result: Any, what: str, found: dict[str, tuple[bytes, ZnodeStat] | None]
-    ) -> None:
-        if isinstance(result, NoNodeError):
-            found[path] = None
-        elif isinstance(result, NoAuthError):
-            raise PermissionDenied(
-                path, f"{what}: permission denied (NoAuth); check zookeeper.auth"
-            )
-        elif isinstance(result, Exception):
-            raise result
-        else:
-            data, stat = result
-            found[path] = (bytes(data or b""), stat)
-
-    def _get_batched(
-        self, paths: list[str], what: str
-    ) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        found: dict[str, tuple[bytes, ZnodeStat] | None] = {}
-        pending: deque[tuple[list[str], Any]] = deque()
-
-        def drain_one() -> None:
-            batch, async_result = pending.popleft()
-            for path, result in zip(batch, self._wait(async_result), strict=True):
-                self._result(path, result, what, found)
-
-        for start in range(0, len(paths), self.read_batch):
-            batch = paths[start : start + self.read_batch]
-            pending.append((batch, send_multi_read(self.client, batch)))
-            if len(pending) >= _BATCHES_IN_FLIGHT:
-                drain_one()
-        while pending:
-            drain_one()
-        return found
-
-    def _get_each(self, paths: list[str], what: str) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        found: dict[str, tuple[bytes, ZnodeStat] | None] = {}
-        pending: deque[tuple[str, Any]] = deque()
-
-        def drain_one() -> None:
-            path, async_result = pending.popleft()
-            try:
-                result = self._wait(async_result)
-            except (NoNodeError, NoAuthError) as exc:
-                result = exc
-            self._result(path, result, what, found)
-
-        for path in paths:
-            pending.append((path, self.client.get_async(path)))
-            if len(pending) >= _REQUESTS_IN_FLIGHT:
-                drain_one()
-        while pending:
-            drain_one()
         return found
 
     # ---------------------------------------------------------------- single writes
@@ -469,40 +313,12 @@ class ZkOps:
 
         def attempt() -> list[Any]:
             transaction = self.client.transaction()
-            for op in ops:
-                if op.kind == "create":
-                    transaction.create(op.path, op.data, acl=self.acl, ephemeral=op.ephemeral)
-                elif op.kind == "set":
-                    transaction.set_data(op.path, op.data, op.version)
-                elif op.kind == "delete":
-                    transaction.delete(op.path, op.version)
-                else:
-                    transaction.check(op.path, op.version)
+            add_to(transaction, ops, self.acl)
             results: list[Any] = self._wait(transaction.commit_async())
-            failures = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
-            if failures:
+            refused = rejection(ops, results, what)
+            if refused is not None:
                 self._count(transactions=1)
-                index, error = next(
-                    (
-                        (i, r)
-                        for i, r in failures
-                        if not isinstance(r, RolledBackError | RuntimeInconsistency)
-                    ),
-                    failures[0],
-                )
-                op = ops[index]
-                if isinstance(error, NoAuthError):
-                    raise PermissionDenied(
-                        op.path,
-                        f"{what}: permission denied (NoAuth) on {op.kind}; the job is "
-                        "protected by an ACL and this client has no or other credentials",
-                    )
-                raise TransactionRejected(
-                    op.path,
-                    f"{what}: {op.kind} failed with {type(error).__name__}; nothing was applied",
-                    index=index,
-                    error=error,
-                )
+                raise refused
             self._count(writes=writes, transactions=1)
             return results
 
@@ -522,19 +338,9 @@ class ZkOps:
         Each transaction is atomic; the batches together are not (a failure leaves the earlier
         batches applied), so use it for writes where every single operation stands on its own.
         """
-        guard_size = sum(self.request_size(g) for g in guards)
         applied = 0
-        batch: list[Op] = []
-        size = guard_size
-        for op in ops:
-            op_size = self.request_size(op)
-            if batch and size + op_size > budget:
-                self.commit([*guards, *batch], what)
-                applied += len(batch)
-                batch, size = [], guard_size
-            batch.append(op)
-            size += op_size
-        if batch:
+        reserved = sum(self.request_size(g) for g in guards)
+        for batch in batches(ops, budget=budget, reserved=reserved, size=self.request_size):
             self.commit([*guards, *batch], what)
             applied += len(batch)
         return applied

@@ -15,14 +15,14 @@ Manifest (the data of ``jobModels/<version>``), format 1::
 
 ``views`` (optional; absent = none) are *container views*: the containers of the model spread over
 ``len(views)`` small nodes by :func:`view_index` of the processor id, each node a compressed job
-model holding only its containers. A processor reads the one view node that holds its own
-container instead of the whole model (see :mod:`metadata.zk_jobmodels`). Readers that do not know
-views ignore the field.
+model holding only its containers (:func:`container_views`, about ``VIEW_TARGET_BYTES`` each). A
+processor reads the one view node that holds its own container instead of the whole model (see
+:mod:`metadata.zk.recipe.jobmodels`). Readers that do not know views ignore the field.
 
 ``base`` and ``losing`` (optional, together): the version the model was planned against (the one in
 force) and the processors that lose a task against it (or are not in the model). A processor
 that runs ``base`` and is not in ``losing`` has nothing to stop, so it may join the barrier before
-reading its own container (:meth:`Manifest.keeps_everything`).
+reading its own container (the early-join rule, ``coordinator.protocol.rules.keeps_everything``).
 
 Chunk names carry the writer's leader epoch, so two leaders (one of them deposed) never write the
 same chunk node.
@@ -32,21 +32,31 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import zlib
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metadata.errors import CorruptDataError
+import orjson
+
+from metadata.errors import CorruptDataError, JobModelFormatError
+from metadata.model import ContainerModel
+from metadata.serde import JobModelDocument, load_container, load_job_model_document
 
 __all__ = [
     "MANIFEST_FORMAT",
+    "VIEW_TARGET_BYTES",
     "ChunkRef",
     "Manifest",
     "check_chunk",
     "chunk_epoch",
     "compress_view",
+    "container_views",
+    "decode_document",
+    "decode_view",
     "decompress_view",
     "join_blob",
     "split_blob",
@@ -56,6 +66,9 @@ __all__ = [
 MANIFEST_FORMAT = 1
 ENCODING = "zlib"
 _CHUNK_NAME = re.compile(r"^e(\d+)-(\d{5,})$")
+#: About how many compressed bytes one container view holds (the number of views is the whole
+#: model's compressed size over this, at most one per container).
+VIEW_TARGET_BYTES = 2 * 1024
 
 
 def chunk_name(epoch: int, index: int) -> str:
@@ -99,16 +112,6 @@ class Manifest:
     views: tuple[ChunkRef, ...] = ()
     base: int | None = None
     losing: tuple[str, ...] = ()
-
-    def keeps_everything(self, processor_id: str, running_version: int | None) -> bool:
-        """True if a processor running ``running_version`` keeps every task it runs in this
-        version: the manifest says so (``base`` is that version, and the processor is not among
-        the ``losing``)."""
-        return (
-            self.base is not None
-            and running_version == self.base
-            and processor_id not in self.losing
-        )
 
     def to_bytes(self) -> bytes:
         document = {
@@ -211,6 +214,35 @@ def compress_view(raw: bytes, *, epoch: int, index: int, level: int = 6) -> tupl
     return ChunkRef(name, len(data), zlib.crc32(data)), data
 
 
+def container_views(
+    document: Mapping[str, Any], *, epoch: int, first_index: int, size: int, chunk_size: int
+) -> list[tuple[ChunkRef, bytes]]:
+    """The container views of a job model (none if it has no containers): ``document`` is its
+    format-1 dict (whose container entries the views share), ``size`` its compressed size;
+    the views are named from chunk ``first_index`` on. Views are compressed faster (level 1,
+    larger) and spread by a hash (uneven): they aim well below ``chunk_size``."""
+    containers: Mapping[str, Any] = document["containers"]
+    if not containers:
+        return []
+    target = min(VIEW_TARGET_BYTES, max(1, chunk_size // 4))
+    count = min(len(containers), max(1, math.ceil(size / target)))
+    groups: dict[int, dict[str, Any]] = defaultdict(dict)
+    for pid, container in containers.items():
+        groups[view_index(pid, count)][pid] = container
+    views = []
+    for index in range(count):
+        part = {
+            "format": document["format"],
+            "version": document["version"],
+            "run_id": document["run_id"],
+            "containers": dict(sorted(groups.get(index, {}).items())),
+        }
+        views.append(
+            compress_view(orjson.dumps(part), epoch=epoch, index=first_index + index, level=1)
+        )
+    return views
+
+
 def check_chunk(ref: ChunkRef, data: bytes | None, *, path: str, what: str) -> bytes:
     """``data`` if it matches ``ref`` (size and CRC-32); else CorruptDataError naming ``path``."""
     if data is None:
@@ -292,3 +324,33 @@ def join_blob(manifest: Manifest, chunks: Mapping[str, bytes | None], *, path: s
             path, f"decompressed size differs from the manifest's raw_size {manifest.raw_size}"
         )
     return raw
+
+
+def decode_document(
+    manifest: Manifest, chunks: Mapping[str, bytes | None], *, path: str
+) -> JobModelDocument:
+    """The job-model document stored as ``chunks`` (name -> data, None: missing) under the
+    manifest at ``path``: checked (:func:`join_blob`), decoded, and of the manifest's version."""
+    raw = join_blob(manifest, chunks, path=path)
+    try:
+        document = load_job_model_document(raw)
+    except JobModelFormatError as exc:
+        raise CorruptDataError(path, f"job model: {exc}") from None
+    if document.model.version != manifest.version:
+        raise CorruptDataError(path, f"holds job model version {document.model.version}")
+    return document
+
+
+def decode_view(
+    ref: ChunkRef, data: bytes | None, processor_id: str, *, path: str, version: int
+) -> ContainerModel | None:
+    """``processor_id``'s container in the container view ``data`` (at ``path``) of job model
+    ``version`` (None: the model has none), checked against ``ref``."""
+    raw = decompress_view(ref, data, path=path)
+    try:
+        held, container = load_container(raw, processor_id)
+    except JobModelFormatError as exc:
+        raise CorruptDataError(path, f"container view: {exc}") from None
+    if held != version:
+        raise CorruptDataError(path, f"holds job model version {held}")
+    return container
