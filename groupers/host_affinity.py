@@ -41,10 +41,11 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from groupers.api import GrouperError, GrouperMetadata
+from groupers.api import GrouperError, GrouperMetadata, build_containers, tasks_by_name
 from groupers.locations import Path, common_depth, location_path
+from groupers.matching import max_flow_bipartite
 from groupers.virtual import inherit_locality, needs_inheritance
-from metadata.model import ContainerModel, FrozenMap, TaskModel
+from metadata.model import ContainerModel, TaskModel
 
 __all__ = ["HostAffinityGrouper", "assign"]
 
@@ -80,32 +81,6 @@ class HostAffinityGrouper:
             )
         assignment = assign(list(by_name), metadata, balance_slack=self.balance_slack)
         return build_containers(assignment, by_name, metadata.processor_locality)
-
-
-def tasks_by_name(tasks: Collection[TaskModel]) -> dict[str, TaskModel]:
-    """Index tasks by name; two different tasks with one name are an error."""
-    by_name: dict[str, TaskModel] = {}
-    for task in tasks:
-        known = by_name.setdefault(task.name, task)
-        if known is not task and known != task:
-            raise GrouperError(f"two different tasks are named {task.name!r}")
-    return by_name
-
-
-def build_containers(
-    assignment: Mapping[str, list[str]],
-    by_name: Mapping[str, TaskModel],
-    processor_locality: Mapping[str, str],
-) -> set[ContainerModel]:
-    """One ContainerModel per processor of ``assignment`` (task lists sorted by name)."""
-    return {
-        ContainerModel(
-            pid,
-            processor_locality[pid],
-            FrozenMap({name: by_name[name] for name in sorted(names)}),
-        )
-        for pid, names in assignment.items()
-    }
 
 
 # -------------------------------------------------------------------------- the algorithm
@@ -149,48 +124,7 @@ def _match_exact(
         room[path] = free
     if not edges:
         return []
-    flow: dict[tuple[str, Path], int] = defaultdict(int)
-    used: dict[Path, int] = defaultdict(int)
-    by_path: dict[Path, list[str]] = defaultdict(list)
-    for pid in sorted(edges):
-        for path in edges[pid]:
-            by_path[path].append(pid)
-
-    def augment(start: str) -> bool:
-        # Breadth-first over processors and locations; a full location can hand one of its
-        # units back to another processor, which then needs a location of its own.
-        via_processor: dict[Path, str] = {}  # location <- the processor that reached it
-        via_location: dict[str, Path] = {}  # processor <- the full location it gives a unit up at
-        seen = {start}
-        frontier = [start]
-        while frontier:
-            following: list[str] = []
-            for pid in frontier:
-                for path in sorted(edges[pid]):
-                    if path in via_processor or flow[(pid, path)] >= edges[pid][path]:
-                        continue
-                    via_processor[path] = pid
-                    if used[path] < room[path]:
-                        used[path] += 1
-                        while True:  # walk the path back, shifting one unit along it
-                            owner = via_processor[path]
-                            flow[(owner, path)] += 1
-                            if owner == start:
-                                return True
-                            path = via_location[owner]
-                            flow[(owner, path)] -= 1
-                    for other in by_path[path]:
-                        if other not in seen and flow[(other, path)] > 0:
-                            seen.add(other)
-                            via_location[other] = path
-                            following.append(other)
-            frontier = following
-        return False
-
-    for pid in sorted(edges):
-        for _ in range(quota[pid]):
-            if not augment(pid):
-                break
+    flow = max_flow_bipartite(quota, room, edges)
     return [(path, (pid, count)) for (pid, path), count in sorted(flow.items()) if count > 0]
 
 
