@@ -37,9 +37,19 @@ def forced_sheds_matched(state: Assignment) -> None:
     if not edges:
         return
     flow = max_flow_bipartite(state.must_shed, room, edges)
+    # Giving up candidates at one node never changes which of another owner's are chosen, so
+    # each node's candidates are grouped once and the given-up ones removed at the end.
+    by_owner: dict[Path, dict[str, list[Candidate]]] = {}
+    taken: set[Candidate] = set()
     for (owner, path), share in sorted(flow.items()):
         if share > 0:
-            _shed_share(state, state.nodes[path], owner, share)
+            node = state.nodes[path]
+            if path not in by_owner:
+                by_owner[path] = _non_local_by_owner(node)
+            _shed_share(state, node, by_owner[path].get(owner, []), share, taken)
+    for path in by_owner:
+        node = state.nodes[path]
+        node.candidates = [c for c in node.candidates if c not in taken]
 
 
 def _may_force_here(state: Assignment, candidate: Candidate, path: Path) -> bool:
@@ -51,17 +61,26 @@ def _may_force_here(state: Assignment, candidate: Candidate, path: Path) -> bool
     )
 
 
-def _shed_share(state: Assignment, node: Node, owner: str, share: int) -> None:
-    """``owner`` gives up ``share`` of its non-local candidates at this node (in shed order)."""
-    chosen = [c for c in node.candidates if c.processor_id == owner and not c.is_local]
-    chosen.sort(key=Candidate.shed_order)
-    taken = set()
+def _non_local_by_owner(node: Node) -> dict[str, list[Candidate]]:
+    """The node's non-local candidates per processor, in shed order."""
+    grouped: dict[str, list[Candidate]] = defaultdict(list)
+    for candidate in node.candidates:
+        if not candidate.is_local:
+            grouped[candidate.processor_id].append(candidate)
+    for mine in grouped.values():
+        mine.sort(key=Candidate.shed_order)
+    return grouped
+
+
+def _shed_share(
+    state: Assignment, node: Node, chosen: list[Candidate], share: int, taken: set[Candidate]
+) -> None:
+    """The first ``share`` of ``chosen`` (one processor's candidates here) are given up."""
     for candidate in chosen[:share]:
         if state.place_one(candidate.name, node, True):
             state.must_shed[candidate.processor_id] -= 1
             state.given_up.add(candidate.name)
             taken.add(candidate)
-    node.candidates = [c for c in node.candidates if c not in taken]
 
 
 def forced_room(nodes: Mapping[Path, Node], optional_too: bool) -> dict[Path, int]:
