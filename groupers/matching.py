@@ -1,7 +1,7 @@
 """Matchings and flows: the one graph module of the groupers (as Kafka Streams' ``Graph``).
 
-Three problems, three solvers; which, and why (figures measured on this project's 2-core CI
-machine, shared, so +-20%):
+Three problems, three solvers; which, and why (figures measured on a shared 2-core machine, so
+only their ratios mean much):
 
 - :func:`max_flow_bipartite`: a maximum flow from left nodes (each with a supply) to right nodes
   (each with room) over edges of given capacity, by breadth-first augmenting paths in sorted
@@ -11,11 +11,13 @@ machine, shared, so +-20%):
   networkx's ``maximum_flow`` finds a flow of the same value but another one, and networkx is
   not a runtime dependency. On realistic inputs (locality recorded where the task ran: every
   benchmark scenario) the flow is empty or tiny. On adversarial ones (every task's locality
-  stale and random, half the processors twice over quota) it is slower than networkx: T=20,000,
-  P=200, 50 hosts (4,815 edges, 10,000 units): ours 1.4 s, networkx 0.5 s; T=100,000, P=1,000,
-  100 hosts (42,786 edges, 50,000 units): ours 34 s, networkx 0.8 s (the earlier unit-by-unit
-  version took 8 s and 287 s; units with a direct edge to free room now go in bulk, with the
-  same result).
+  stale and random, half the processors twice over quota, so every unit competes) networkx is
+  faster: T=20,000, P=200, 50 hosts (4,815 edges, 10,000 units): ours 0.33 s, networkx 0.14 s;
+  T=50,000, P=500, 100 hosts (21,446 edges): ours 4.5 s, networkx 0.7 s; T=100,000, P=1,000
+  (42,775 edges, 50,000 units): ours 17 s, networkx 1.3 s. The earlier unit-by-unit version
+  took 1.4 s and 17 s on the first two; units with a direct edge to free room now go in bulk,
+  with the same result. Making the worst case fast means accepting other (equally good)
+  answers: a decision for the grouper's owner, not a refactoring.
 - :func:`max_weight_assignment`: rows -> distinct columns maximising the total weight
   (Hungarian algorithm, O(n^2 m)). Key groups use it to remap contiguous ranges on a
   parallelism change. **Ours**: scipy (``linear_sum_assignment``) is not a dependency, and
