@@ -9,7 +9,8 @@ from collections.abc import Collection
 
 import pytest
 
-from groupers import GrouperMetadata, get_grouper
+from groupers import GrouperMetadata, get_grouper, measures
+from groupers.matching import max_flow_bipartite
 from groupers.testing import oracles
 from groupers.testing import scenarios as sc
 from metadata.model import ContainerModel, FrozenMap, TaskModel
@@ -502,3 +503,64 @@ def test_host_affinity_on_a_hierarchical_scenario() -> None:
         assert m.moved == m.lower_bound, kind
         assert m.locality_kept == m.locality_best, kind
         assert m.max_minus_min <= 1, kind
+
+
+# ----------------------------------------------------------------------------- measures, matching
+
+
+def test_measures_count_moves_local_tasks_and_weights() -> None:
+    previous = {"a": "p1", "b": "p1", "c": "p2"}
+    current = {"a": "p1", "b": "p2", "c": "p2", "d": "p1"}
+    assert measures.tasks_moved(previous, current) == 2  # b moved, d is new
+    assert measures.moved_tasks(previous, current) == ["b", "d"]
+    assert measures.moved_tasks(previous, current, count_new=False) == ["b"]
+    assert measures.tasks_moved(previous, current, tasks=["a", "b", "e"]) == 2  # e unassigned
+    assert measures.tasks_moved(previous, current, weights={"b": 5, "d": 7}) == 12
+    where = {"p1": "host-1", "p2": "host-2"}
+    recorded = {"a": "host-1", "b": "host-1", "c": "host-3"}
+    assert measures.tasks_kept_local(current, where, recorded) == 1  # only a
+    assert measures.tasks_with_locality(current, recorded) == 3
+    assert measures.owners(containers(current, where, tasks(0) + _named("abcd"))) == current
+
+
+def _named(letters: str) -> list[TaskModel]:
+    return [TaskModel(letter, frozenset()) for letter in letters]
+
+
+def test_lower_bound_accepts_names_or_task_models() -> None:
+    scenario = sc.one_leaves(100, 7)
+    names = [t.name for t in scenario.tasks]
+    bound = measures.movement_lower_bound(scenario.tasks, scenario.metadata)
+    assert measures.movement_lower_bound(names, scenario.metadata) == bound
+    assert oracles.movement_lower_bound is measures.movement_lower_bound
+
+
+def test_bipartite_max_flow_reaches_the_maximum_and_respects_capacities() -> None:
+    nx = pytest.importorskip("networkx")
+    rng = random.Random(11)
+    for _ in range(200):
+        lefts = [f"p{i}" for i in range(rng.randint(1, 6))]
+        rights = [f"h{j}" for j in range(rng.randint(1, 6))]
+        supply = {left: rng.randint(0, 5) for left in lefts}
+        room = {right: rng.randint(1, 4) for right in rights}
+        edges = {
+            left: {right: rng.randint(1, 3) for right in rights if rng.random() < 0.5}
+            for left in lefts
+        }
+        edges = {left: mine for left, mine in edges.items() if mine}
+        flow = max_flow_bipartite(supply, room, edges)
+        for (left, right), units in flow.items():
+            assert 0 <= units <= edges[left][right]
+        for left in edges:
+            assert sum(u for (l2, _), u in flow.items() if l2 == left) <= supply[left]
+        for right in rights:
+            assert sum(u for (_, r2), u in flow.items() if r2 == right) <= room[right]
+        graph = nx.DiGraph()
+        for left, mine in edges.items():
+            graph.add_edge("s", ("l", left), capacity=supply[left])
+            for right, cap in mine.items():
+                graph.add_edge(("l", left), ("r", right), capacity=cap)
+        for right in rights:
+            graph.add_edge(("r", right), "t", capacity=room[right])
+        best = nx.maximum_flow_value(graph, "s", "t") if edges else 0
+        assert sum(flow.values()) == best
