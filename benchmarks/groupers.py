@@ -1,7 +1,7 @@
 """Groupers against the lower bounds and against peers: movement, locality, balance, speed.
 
-Scenarios (``groupers/scenarios.py``): one processor leaves, one joins, scale 10 -> 13, rolling
-restart (each processor replaced by a new id at the same location, one rebalance per
+Scenarios (``groupers/testing/scenarios.py``): one processor leaves, one joins, scale 10 -> 13,
+rolling restart (each processor replaced by a new id at the same location, one rebalance per
 replacement), each with 1 and 10 processors per location, at T=10k/100k tasks and P=100/1,000
 processors. For every scenario and grouper: tasks moved against the lower bound, tasks kept at
 their recorded location against the best a balanced, movement-minimal answer can keep (exact
@@ -51,7 +51,9 @@ from typing import Any  # noqa: E402
 
 from benchmarks._report import DOC, machine, median_time, table, write_section  # noqa: E402
 from groupers import GrouperMetadata, TaskNameGrouper, get_grouper, validate  # noqa: E402
-from groupers import scenarios as sc  # noqa: E402
+from groupers.measures import movement_lower_bound, owners, tasks_moved  # noqa: E402
+from groupers.testing import oracles  # noqa: E402
+from groupers.testing import scenarios as sc  # noqa: E402
 from metadata.model import ContainerModel, FrozenMap, TaskModel  # noqa: E402
 
 # ----------------------------------------------------------------------------- peers
@@ -155,7 +157,7 @@ class Row:
     tasks: int
     processors: int
     grouper: str
-    metrics: sc.Metrics | None
+    metrics: oracles.Metrics | None
     seconds: float | None
     note: str = ""
 
@@ -212,19 +214,19 @@ class _Answer:
 
 def run_one(
     contender: Contender, item: sc.Scenario, cached: _Answer | None
-) -> tuple[sc.Metrics, float, _Answer]:
+) -> tuple[oracles.Metrics, float, _Answer]:
     """Run (or re-measure) one contender on one scenario; returns metrics, median time, answer."""
     item = _own_layout(contender, item)
     if cached is None:
         seconds, containers = median_time(
             lambda: contender.grouper.group(item.tasks, item.metadata), contender.repeat
         )
-        answer = _Answer(seconds, [{n: c.processor_id for c in containers for n in c.tasks}])
+        answer = _Answer(seconds, [owners(containers)])
     else:
         answer = cached
         containers = _from_owners(item.tasks, item.metadata, cached.owners[0])
     validate(item.tasks, item.metadata, containers)
-    return sc.measure(item.tasks, item.metadata, containers), answer.seconds, answer
+    return oracles.measure(item.tasks, item.metadata, containers), answer.seconds, answer
 
 
 def _from_owners(
@@ -246,7 +248,7 @@ class _Recording:
 
     def group(self, tasks: Collection[TaskModel], metadata: GrouperMetadata) -> set[ContainerModel]:
         out: set[ContainerModel] = self.grouper.group(tasks, metadata)
-        self.answers.append({n: c.processor_id for c in out for n in c.tasks})
+        self.answers.append(owners(out))
         return out
 
 
@@ -265,7 +267,7 @@ class _Replay:
 
 def run_rolling(
     contender: Contender, item: sc.RollingRestart, cached: _Answer | None
-) -> tuple[sc.Metrics, float, _Answer]:
+) -> tuple[oracles.Metrics, float, _Answer]:
     item = _own_layout(contender, item)
     if cached is not None:
         result = sc.run_rolling_restart(_Replay(cached.owners), item)
@@ -456,12 +458,7 @@ def memory_child(tasks: int, processors: int) -> None:
     seconds = time.perf_counter() - start
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     hwm_kb = _vm_hwm_kb()
-    moved = sum(
-        1
-        for c in containers
-        for name in c.tasks
-        if item.metadata.previous_task_to_processor.get(name) != c.processor_id
-    )
+    moved = tasks_moved(item.metadata.previous_task_to_processor, owners(containers))
     sizes = [len(c.tasks) for c in containers]
     facts = {
         "tasks": tasks,
@@ -471,7 +468,7 @@ def memory_child(tasks: int, processors: int) -> None:
         "build_s": round(built, 2),
         "group_s": round(seconds, 2),
         "moved": moved,
-        "lower_bound": sc.movement_lower_bound(item.tasks, item.metadata),
+        "lower_bound": movement_lower_bound(item.tasks, item.metadata),
         "max_minus_min": max(sizes) - min(sizes),
     }
     print(json.dumps(facts))
@@ -516,7 +513,7 @@ def report(plan: Plan, rows: list[Row], memory: dict[str, Any], elapsed: float) 
         f"whole run {elapsed:.0f} s.",
         "",
         "- **moved**: tasks whose processor changed; **lower bound**: the fewest any balanced "
-        "answer can move (`groupers.scenarios.movement_lower_bound`).",
+        "answer can move (`groupers.measures.movement_lower_bound`).",
         "- **kept local**: tasks on a processor at their recorded location; **best local**: the "
         "most a balanced answer that moves only the lower bound can keep (`best_locality`, exact: "
         "in closed form here, a min-cost flow in general; `<=` would mark the cheap upper bound).",

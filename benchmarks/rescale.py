@@ -60,6 +60,7 @@ from affinity_pipeline.objectspace import MemoryStorage, ObjectSpace  # noqa: E4
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
 from groupers import GrouperMetadata, get_grouper, get_ssp_grouper, validate  # noqa: E402
 from groupers.keygroups import key_group, key_group_ranges  # noqa: E402
+from groupers.measures import tasks_moved  # noqa: E402
 from metadata.model import JobModel, StreamInput, TaskModel  # noqa: E402
 
 PARTITIONS = 8
@@ -190,7 +191,12 @@ def lower_bound(
 
 
 def moved(sizes: Sequence[int], before: Sequence[str], after: Sequence[str]) -> int:
-    return sum(size for size, a, b in zip(sizes, before, after, strict=True) if a != b)
+    """Bytes of the slots whose host changed (slot ``i`` on ``before[i]``, then ``after[i]``)."""
+    if not len(sizes) == len(before) == len(after):
+        raise ValueError("sizes, before and after must cover the same slots")
+    return tasks_moved(
+        dict(enumerate(before)), dict(enumerate(after)), weights=dict(enumerate(sizes))
+    )
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,17 @@
 """groupers: pure-function TaskNameGroupers and SSP groupers, their registry, and the
 conformance kit for plugin authors (``groupers.testing``).
 
-May import ``metadata.model`` (and nothing else of the project). Nothing here does I/O: a
-grouper is a function of its inputs (DESIGN.md "Grouper contract", invariant I6).
+- ``api``: the contract (GrouperMetadata, the protocols, validate) and the helpers every grouper
+  shares; ``registry``: names -> groupers (builtins and entry points);
+- ``host_affinity`` (phases) over ``assignment`` (the state and its moves) and ``sheds``;
+  ``round_robin``; ``ssp``, ``virtual``, ``keys``, ``keygroups``, ``locations``;
+- ``matching``: the one graph module (max flow, assignment, min-cost flow); ``measures``: tasks
+  moved, kept local, movement lower bound;
+- ``testing``: conformance kit, scenarios and oracles (tests and benchmarks only).
+
+May import ``metadata.model`` (and nothing else of the project: not ``coordinator``,
+``locality`` or ``metadata.zk``). Nothing here does I/O: a grouper is a function of its inputs
+(DESIGN.md "Grouper contract", invariant I6).
 """
 
 from groupers.api import (

@@ -5,6 +5,9 @@ the order of the inputs or the process's hash seed (invariant I6). It returns on
 per live processor (empty if need be), carrying that processor's location id, with every task
 assigned exactly once. :func:`validate` checks all of that and raises :class:`InvalidAssignment`
 naming the first things wrong; the coordinator never publishes an answer that fails it.
+
+:func:`tasks_by_name` and :func:`build_containers` are the helpers every grouper shares: index
+the requested tasks, and turn processor -> task names into the ContainerModels to return.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ __all__ = [
     "SspGrouper",
     "TaskNameGrouper",
     "UnknownGrouperError",
+    "build_containers",
+    "tasks_by_name",
     "validate",
 ]
 
@@ -150,3 +155,29 @@ def validate(
         problems.append(f"task(s) not assigned: {shown}{more}")
     if problems:
         raise InvalidAssignment(problems)
+
+
+def tasks_by_name(tasks: Collection[TaskModel]) -> dict[str, TaskModel]:
+    """Index tasks by name; two different tasks with one name are an error."""
+    by_name: dict[str, TaskModel] = {}
+    for task in tasks:
+        known = by_name.setdefault(task.name, task)
+        if known is not task and known != task:
+            raise GrouperError(f"two different tasks are named {task.name!r}")
+    return by_name
+
+
+def build_containers(
+    assignment: Mapping[str, list[str]],
+    by_name: Mapping[str, TaskModel],
+    processor_locality: Mapping[str, str],
+) -> set[ContainerModel]:
+    """One ContainerModel per processor of ``assignment`` (task lists sorted by name)."""
+    return {
+        ContainerModel(
+            pid,
+            processor_locality[pid],
+            FrozenMap({name: by_name[name] for name in sorted(names)}),
+        )
+        for pid, names in assignment.items()
+    }

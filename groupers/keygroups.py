@@ -9,9 +9,9 @@
   most key groups stay where they were: a maximum-weight assignment of new ranges to old
   instances (weight = key groups in common), each old instance taking at most
   ``ceil(new/old)`` new ranges (balance). Solved exactly (Hungarian algorithm on the old
-  instances repeated ``ceil(new/old)`` times), so it never keeps fewer key groups local than the
-  naive index-order mapping (new range ``j`` -> old instance ``j mod old``), which is one of the
-  feasible assignments.
+  instances repeated ``ceil(new/old)`` times: :func:`groupers.matching.max_weight_assignment`),
+  so it never keeps fewer key groups local than the naive index-order mapping (new range ``j``
+  -> old instance ``j mod old``), which is one of the feasible assignments.
 - :func:`locality_share`: the share of key groups kept local by the remap, by the naive
   index-order mapping and by hash-mod placement (key group ``g`` on instance ``g mod p``, new
   instance ``j`` hosted by the owner of old instance ``j mod old``).
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from groupers.keys import Key, stable_hash
+from groupers.matching import max_weight_assignment
 
 __all__ = [
     "LocalityShare",
@@ -83,54 +84,6 @@ def _overlap(a: range, b: range) -> int:
     return max(0, min(a.stop, b.stop) - max(a.start, b.start))
 
 
-def _max_weight_assignment(weights: list[list[int]]) -> list[int]:
-    """Row -> column maximising the total weight (rows <= columns; Hungarian, O(n^2 m))."""
-    n = len(weights)
-    m = len(weights[0]) if n else 0
-    if n == 0:
-        return []
-    top = max(max(row) for row in weights)
-    cost = [[top - w for w in row] for row in weights]
-    inf = float("inf")
-    u = [0.0] * (n + 1)
-    v = [0.0] * (m + 1)
-    p = [0] * (m + 1)  # column -> row (1-based), 0 = free
-    way = [0] * (m + 1)
-    for i in range(1, n + 1):
-        p[0] = i
-        j0 = 0
-        minv = [inf] * (m + 1)
-        used = [False] * (m + 1)
-        while True:
-            used[j0] = True
-            i0, delta, j1 = p[j0], inf, 0
-            for j in range(1, m + 1):
-                if not used[j]:
-                    cur = cost[i0 - 1][j - 1] - u[i0] - v[j]
-                    if cur < minv[j]:
-                        minv[j], way[j] = cur, j0
-                    if minv[j] < delta:
-                        delta, j1 = minv[j], j
-            for j in range(m + 1):
-                if used[j]:
-                    u[p[j]] += delta
-                    v[j] -= delta
-                else:
-                    minv[j] -= delta
-            j0 = j1
-            if p[j0] == 0:
-                break
-        while j0:
-            j1 = way[j0]
-            p[j0] = p[j1]
-            j0 = j1
-    result = [0] * n
-    for j in range(1, m + 1):
-        if p[j]:
-            result[p[j] - 1] = j - 1
-    return result
-
-
 def remap_instances(
     old_parallelism: int,
     new_parallelism: int,
@@ -147,7 +100,7 @@ def remap_instances(
     # weight = key groups of the new range whose old owner is this instance's owner
     kept = [{o: sum(1 for g in r if before[g] == o) for o in set(owners)} for r in new]
     weights = [[kept[j][owners[i]] for i in columns] for j in range(new_parallelism)]
-    return [columns[c] for c in _max_weight_assignment(weights)]
+    return [columns[c] for c in max_weight_assignment(weights)]
 
 
 def _owners(old_parallelism: int, old_owner: Sequence[str] | None) -> list[str]:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from groupers.api import GrouperMetadata
-from groupers.host_affinity import build_containers, tasks_by_name
+from groupers.api import GrouperMetadata, build_containers, tasks_by_name
 from metadata.model import ContainerModel, TaskModel
 
 __all__ = ["RoundRobinGrouper"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from benchdoc import run_quick
 
-from groupers.scenarios import SCENARIO_KINDS
+from groupers.testing.scenarios import SCENARIO_KINDS
 
 GROUPERS = ["host-affinity", "kafka sticky", "hash ring", "round-robin"]
 

@@ -9,8 +9,10 @@ from collections.abc import Collection
 
 import pytest
 
-from groupers import GrouperMetadata, get_grouper
-from groupers import scenarios as sc
+from groupers import GrouperMetadata, get_grouper, measures
+from groupers.matching import max_flow_bipartite
+from groupers.testing import oracles
+from groupers.testing import scenarios as sc
 from metadata.model import ContainerModel, FrozenMap, TaskModel
 
 
@@ -68,7 +70,7 @@ def test_lower_bound_one_joins_two_with_ten_tasks_is_three() -> None:
     md = GrouperMetadata(
         {**state.processor_locality, "p-0009": "host-0009"}, state.task_locality, state.assignment
     )
-    assert sc.movement_lower_bound(state.tasks, md) == 3
+    assert oracles.movement_lower_bound(state.tasks, md) == 3
 
 
 def test_lower_bound_one_of_three_leaves() -> None:
@@ -78,11 +80,11 @@ def test_lower_bound_one_of_three_leaves() -> None:
     assert Counter(state.assignment.values()) == {"p-0000": 4, "p-0001": 3, "p-0002": 3}
     live = {k: v for k, v in state.processor_locality.items() if k != "p-0001"}
     md = GrouperMetadata(live, state.task_locality, state.assignment)
-    assert sc.movement_lower_bound(state.tasks, md) == 3
+    assert oracles.movement_lower_bound(state.tasks, md) == 3
     # The one with 4 leaves instead: 4 move (3 + 3 survivors take 2 each).
     live = {k: v for k, v in state.processor_locality.items() if k != "p-0000"}
     md = GrouperMetadata(live, state.task_locality, state.assignment)
-    assert sc.movement_lower_bound(state.tasks, md) == 4
+    assert oracles.movement_lower_bound(state.tasks, md) == 4
 
 
 def test_lower_bound_ceil_targets_go_to_the_fullest_survivors() -> None:
@@ -90,10 +92,10 @@ def test_lower_bound_ceil_targets_go_to_the_fullest_survivors() -> None:
     items = tasks(10)
     prev = {t.name: ("a" if i < 6 else "b" if i < 8 else "c") for i, t in enumerate(items)}
     md = GrouperMetadata({"a": "h1", "b": "h2", "c": "h3"}, {}, prev)
-    assert sc.movement_lower_bound(items, md) == 2
+    assert oracles.movement_lower_bound(items, md) == 2
     # Four processors (targets 3, 3, 2, 2), survivors 6, 2, 2 and a new one: 6 sheds 3, nobody else.
     md = GrouperMetadata({"a": "h1", "b": "h2", "c": "h3", "d": "h4"}, {}, prev)
-    assert sc.movement_lower_bound(items, md) == 3
+    assert oracles.movement_lower_bound(items, md) == 3
 
 
 def test_lower_bound_counts_new_tasks_and_tasks_of_unknown_processors() -> None:
@@ -101,32 +103,36 @@ def test_lower_bound_counts_new_tasks_and_tasks_of_unknown_processors() -> None:
     prev = {"Partition 0": "a", "Partition 1": "a", "Partition 2": "gone", "Partition 3": "b"}
     md = GrouperMetadata({"a": "h1", "b": "h2"}, {}, prev)
     # 1 orphan (gone) + 2 new tasks (4, 5); a keeps 2, b keeps 1 -> targets 3, 3: no shedding.
-    assert sc.movement_lower_bound(items, md) == 3
-    assert sc.movement_lower_bound([], md) == 0
+    assert oracles.movement_lower_bound(items, md) == 3
+    assert oracles.movement_lower_bound([], md) == 0
 
 
 def test_lower_bound_with_more_processors_than_tasks() -> None:
     items = tasks(3)
     prev = {t.name: "a" for t in items}
     md = GrouperMetadata({pid: "h" for pid in "abcde"}, {}, prev)
-    assert sc.movement_lower_bound(items, md) == 2  # a keeps one (target ceil = 1)
+    assert oracles.movement_lower_bound(items, md) == 2  # a keeps one (target ceil = 1)
 
 
 def test_lower_bound_without_processors_is_an_error() -> None:
     with pytest.raises(ValueError, match="no live processor"):
-        sc.movement_lower_bound(tasks(3), GrouperMetadata({}, {}, {}))
+        oracles.movement_lower_bound(tasks(3), GrouperMetadata({}, {}, {}))
 
 
 @pytest.mark.parametrize("per_location", [1, 10])
 def test_lower_bounds_of_the_named_scenarios(per_location: int) -> None:
     t, p = 10_000, 100
-    assert sc.movement_lower_bound(*_pair(sc.one_leaves(t, p, per_location=per_location))) == 100
+    assert (
+        oracles.movement_lower_bound(*_pair(sc.one_leaves(t, p, per_location=per_location))) == 100
+    )
     # 10000 / 101 = 99 r 1: 99 survivors shed 1 each; the new one takes 99.
-    assert sc.movement_lower_bound(*_pair(sc.one_joins(t, p, per_location=per_location))) == 99
+    assert oracles.movement_lower_bound(*_pair(sc.one_joins(t, p, per_location=per_location))) == 99
     # 100 -> 130: 10000 / 130 = 76 r 120, so all 100 survivors may keep 77: each sheds 23.
-    assert sc.movement_lower_bound(*_pair(sc.scale(t, p, per_location=per_location))) == 100 * 23
+    assert (
+        oracles.movement_lower_bound(*_pair(sc.scale(t, p, per_location=per_location))) == 100 * 23
+    )
     # The numbers: one of 1,000 joins -> 9 must move; one of 100 dies -> 100 must move.
-    assert sc.movement_lower_bound(*_pair(sc.one_joins(t, 1000))) == 9
+    assert oracles.movement_lower_bound(*_pair(sc.one_joins(t, 1000))) == 9
 
 
 def _pair(scenario: sc.Scenario) -> tuple[list[TaskModel], GrouperMetadata]:
@@ -144,10 +150,10 @@ def test_lower_bound_and_oracle_match_brute_force(seed: int) -> None:
     loc = {t.name: f"h{rng.randint(0, 3)}" for t in items if rng.random() < 0.8}
     md = GrouperMetadata(live, loc, prev)
     moves, local = brute_force(items, md)
-    assert sc.movement_lower_bound(items, md) == moves
-    assert sc.best_locality_exact(items, md) == local
-    assert sc.best_locality(items, md) == local  # small: exact by default
-    assert sc.locality_upper_bound(items, md) >= local
+    assert oracles.movement_lower_bound(items, md) == moves
+    assert oracles.best_locality_exact(items, md) == local
+    assert oracles.best_locality(items, md) == local  # small: exact by default
+    assert oracles.locality_upper_bound(items, md) >= local
 
 
 # ------------------------------------------------------------------------ best locality, by hand
@@ -162,8 +168,8 @@ def test_best_locality_prefers_movement_over_locality() -> None:
         {"Partition 0": "host-b", "Partition 1": "host-b"},
         {"Partition 0": "p-a", "Partition 1": "p-a"},
     )
-    assert sc.best_locality_exact(items, md) == 1
-    assert sc.locality_upper_bound(items, md) == 1
+    assert oracles.best_locality_exact(items, md) == 1
+    assert oracles.locality_upper_bound(items, md) == 1
 
 
 def test_best_locality_where_minimal_movement_costs_locality() -> None:
@@ -180,9 +186,9 @@ def test_best_locality_where_minimal_movement_costs_locality() -> None:
         },
         {"Partition 0": "p-a", "Partition 1": "p-a", "Partition 2": "p-b", "Partition 3": "p-b"},
     )
-    assert sc.movement_lower_bound(items, md) == 0
-    assert sc.best_locality_exact(items, md) == 0
-    assert sc.locality_upper_bound(items, md) == 4  # the cheap bound ignores movement
+    assert oracles.movement_lower_bound(items, md) == 0
+    assert oracles.best_locality_exact(items, md) == 0
+    assert oracles.locality_upper_bound(items, md) == 4  # the cheap bound ignores movement
 
 
 def test_best_locality_respects_balance_at_a_crowded_location() -> None:
@@ -193,8 +199,8 @@ def test_best_locality_respects_balance_at_a_crowded_location() -> None:
         {t.name: "host-a" for t in items},
         {},
     )
-    assert sc.best_locality_exact(items, md) == 2
-    assert sc.locality_upper_bound(items, md) == 2
+    assert oracles.best_locality_exact(items, md) == 2
+    assert oracles.locality_upper_bound(items, md) == 2
 
 
 def test_best_locality_gives_the_ceil_place_where_it_buys_locality() -> None:
@@ -202,8 +208,8 @@ def test_best_locality_gives_the_ceil_place_where_it_buys_locality() -> None:
     items = tasks(7)
     loc = {t.name: ("host-a" if i < 4 else "host-b") for i, t in enumerate(items)}
     md = GrouperMetadata({"p-1": "host-a", "p-2": "host-b", "p-3": "host-c"}, loc, {})
-    assert sc.best_locality_exact(items, md) == 3 + 2
-    assert sc.locality_upper_bound(items, md) == 5
+    assert oracles.best_locality_exact(items, md) == 3 + 2
+    assert oracles.locality_upper_bound(items, md) == 5
 
 
 def test_best_locality_when_minimal_movement_forces_the_ceil_place() -> None:
@@ -214,17 +220,19 @@ def test_best_locality_when_minimal_movement_forces_the_ceil_place() -> None:
     prev = {t.name: "p" for t in items[:3]} | {t.name: "s" for t in items[3:5]}
     loc = {t.name: "host-l" for t in items[:3]} | {t.name: "host-m" for t in items[3:]}
     md = GrouperMetadata({"p": "host-l", "q": "host-l", "s": "host-m"}, loc, prev)
-    assert sc.movement_lower_bound(items, md) == 2
-    assert sc.best_locality_exact(items, md) == 5
-    assert sc.best_locality_and_method(items, md) == (5, "closed form")
-    assert sc.locality_upper_bound(items, md) == 6  # the movement-blind bound is not exact here
+    assert oracles.movement_lower_bound(items, md) == 2
+    assert oracles.best_locality_exact(items, md) == 5
+    assert oracles.best_locality_and_method(items, md) == (5, "closed form")
+    assert (
+        oracles.locality_upper_bound(items, md) == 6
+    )  # the movement-blind bound is not exact here
     assert brute_force(items, md) == (2, 5)
 
 
 def test_best_locality_methods() -> None:
     scenario = sc.one_leaves(100, 7, per_location=2)
-    assert sc.best_locality_and_method(scenario.tasks, scenario.metadata)[1] == "closed form"
-    assert sc.best_locality_and_method(scenario.tasks, scenario.metadata, exact=False)[1] == (
+    assert oracles.best_locality_and_method(scenario.tasks, scenario.metadata)[1] == "closed form"
+    assert oracles.best_locality_and_method(scenario.tasks, scenario.metadata, exact=False)[1] == (
         "upper bound"
     )
     items = tasks(4)
@@ -233,7 +241,7 @@ def test_best_locality_methods() -> None:
         {"Partition 0": "host-b", "Partition 1": "host-a"},
         {"Partition 0": "p-a", "Partition 1": "p-b"},
     )
-    assert sc.best_locality_and_method(items, swap) == (0, "flow")
+    assert oracles.best_locality_and_method(items, swap) == (0, "flow")
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -254,10 +262,10 @@ def test_closed_form_matches_the_flow_on_consistent_instances(seed: int) -> None
         elif rng.random() < 0.8:
             loc[t.name] = rng.choice([*hosts, "elsewhere"])
     md = GrouperMetadata(live, loc, prev)
-    value, method = sc.best_locality_and_method(items, md)
+    value, method = oracles.best_locality_and_method(items, md)
     assert method == "closed form"
-    assert value == sc.best_locality_exact(items, md)
-    assert value <= sc.locality_upper_bound(items, md)
+    assert value == oracles.best_locality_exact(items, md)
+    assert value <= oracles.locality_upper_bound(items, md)
 
 
 def test_best_locality_ignores_unknown_and_missing_locations() -> None:
@@ -267,8 +275,8 @@ def test_best_locality_ignores_unknown_and_missing_locations() -> None:
         {"Partition 0": "host-z", "Partition 1": "host-a"},
         {"Partition 2": "p-1"},
     )
-    assert sc.best_locality_exact(items, md) == 1
-    assert sc.locality_upper_bound(items, md) == 1
+    assert oracles.best_locality_exact(items, md) == 1
+    assert oracles.locality_upper_bound(items, md) == 1
 
 
 # ----------------------------------------------------------------------------- measure
@@ -294,12 +302,14 @@ def test_measure_counts_moves_locality_and_balance() -> None:
         "Partition 3": "p-1",  # moves, not local (host-c)
         "Partition 4": "p-2",  # new task: moved; no locality
     }
-    m = sc.measure(items, md, containers(owner, live, items))
+    m = oracles.measure(items, md, containers(owner, live, items))
     assert (m.moved, m.locality_kept, m.max_minus_min) == (4, 3, 3)  # sizes 3, 2, 0
     assert (m.tasks, m.processors, m.steps) == (5, 3, 1)
-    assert m.lower_bound == sc.movement_lower_bound(items, md)
-    assert m.locality_best == sc.best_locality_exact(items, md) and m.locality_exact
-    assert not sc.measure(items, md, containers(owner, live, items), exact=False).locality_exact
+    assert m.lower_bound == oracles.movement_lower_bound(items, md)
+    assert m.locality_best == oracles.best_locality_exact(items, md) and m.locality_exact
+    assert not oracles.measure(
+        items, md, containers(owner, live, items), exact=False
+    ).locality_exact
     assert m.extra_moves == m.moved - m.lower_bound
 
 
@@ -310,14 +320,14 @@ def test_measure_counts_unassigned_tasks_as_moved_and_missing_containers_as_empt
         live, {"Partition 0": "host-a"}, {"Partition 0": "p-1", "Partition 1": "p-1"}
     )
     partial = {ContainerModel("p-1", "host-a", FrozenMap({"Partition 0": items[0]}))}
-    m = sc.measure(items, md, partial)
+    m = oracles.measure(items, md, partial)
     assert (m.moved, m.locality_kept, m.max_minus_min) == (1, 1, 1)
 
 
 def test_combine_sums_steps_and_keeps_the_worst_balance() -> None:
-    a = sc.Metrics(10, 2, 3, 2, 7, 8, True, 1)
-    b = sc.Metrics(10, 2, 1, 1, 9, 9, False, 0)
-    total = sc.combine([a, b])
+    a = oracles.Metrics(10, 2, 3, 2, 7, 8, True, 1)
+    b = oracles.Metrics(10, 2, 1, 1, 9, 9, False, 0)
+    total = oracles.combine([a, b])
     assert (total.moved, total.lower_bound, total.locality_kept, total.locality_best) == (
         4,
         3,
@@ -453,13 +463,13 @@ def test_cheap_bound_is_exact_on_the_named_scenarios(
     for t, p in [(1000, 20), (997, 30), (2000, 100)]:
         scenario = sc.build(kind, t, p, per_location=per_location, hierarchical=hierarchical)
         assert isinstance(scenario, sc.Scenario)
-        exact = sc.best_locality_exact(scenario.tasks, scenario.metadata)
-        assert sc.best_locality(scenario.tasks, scenario.metadata) == exact  # closed form
-        assert sc.locality_upper_bound(scenario.tasks, scenario.metadata) == exact
+        exact = oracles.best_locality_exact(scenario.tasks, scenario.metadata)
+        assert oracles.best_locality(scenario.tasks, scenario.metadata) == exact  # closed form
+        assert oracles.locality_upper_bound(scenario.tasks, scenario.metadata) == exact
 
 
 def test_the_oracle_stays_equal_the_lower_bound_on_random_instances() -> None:
-    from groupers.scenarios import _optimum
+    from groupers.testing.oracles import _optimum
 
     rng = random.Random(7)
     for _ in range(60):
@@ -478,8 +488,8 @@ def test_the_oracle_stays_equal_the_lower_bound_on_random_instances() -> None:
             {t.name: rng.choice(old) for t in items if rng.random() < 0.9},
         )
         optimum = _optimum(items, md)
-        assert optimum.stays == len(items) - sc.movement_lower_bound(items, md)
-        assert optimum.local <= sc.locality_upper_bound(items, md)
+        assert optimum.stays == len(items) - oracles.movement_lower_bound(items, md)
+        assert optimum.local <= oracles.locality_upper_bound(items, md)
 
 
 def test_host_affinity_on_a_hierarchical_scenario() -> None:
@@ -493,3 +503,64 @@ def test_host_affinity_on_a_hierarchical_scenario() -> None:
         assert m.moved == m.lower_bound, kind
         assert m.locality_kept == m.locality_best, kind
         assert m.max_minus_min <= 1, kind
+
+
+# ----------------------------------------------------------------------------- measures, matching
+
+
+def test_measures_count_moves_local_tasks_and_weights() -> None:
+    previous = {"a": "p1", "b": "p1", "c": "p2"}
+    current = {"a": "p1", "b": "p2", "c": "p2", "d": "p1"}
+    assert measures.tasks_moved(previous, current) == 2  # b moved, d is new
+    assert measures.moved_tasks(previous, current) == ["b", "d"]
+    assert measures.moved_tasks(previous, current, count_new=False) == ["b"]
+    assert measures.tasks_moved(previous, current, tasks=["a", "b", "e"]) == 2  # e unassigned
+    assert measures.tasks_moved(previous, current, weights={"b": 5, "d": 7}) == 12
+    where = {"p1": "host-1", "p2": "host-2"}
+    recorded = {"a": "host-1", "b": "host-1", "c": "host-3"}
+    assert measures.tasks_kept_local(current, where, recorded) == 1  # only a
+    assert measures.tasks_with_locality(current, recorded) == 3
+    assert measures.owners(containers(current, where, tasks(0) + _named("abcd"))) == current
+
+
+def _named(letters: str) -> list[TaskModel]:
+    return [TaskModel(letter, frozenset()) for letter in letters]
+
+
+def test_lower_bound_accepts_names_or_task_models() -> None:
+    scenario = sc.one_leaves(100, 7)
+    names = [t.name for t in scenario.tasks]
+    bound = measures.movement_lower_bound(scenario.tasks, scenario.metadata)
+    assert measures.movement_lower_bound(names, scenario.metadata) == bound
+    assert oracles.movement_lower_bound is measures.movement_lower_bound
+
+
+def test_bipartite_max_flow_reaches_the_maximum_and_respects_capacities() -> None:
+    nx = pytest.importorskip("networkx")
+    rng = random.Random(11)
+    for _ in range(200):
+        lefts = [f"p{i}" for i in range(rng.randint(1, 6))]
+        rights = [f"h{j}" for j in range(rng.randint(1, 6))]
+        supply = {left: rng.randint(0, 5) for left in lefts}
+        room = {right: rng.randint(1, 4) for right in rights}
+        edges = {
+            left: {right: rng.randint(1, 3) for right in rights if rng.random() < 0.5}
+            for left in lefts
+        }
+        edges = {left: mine for left, mine in edges.items() if mine}
+        flow = max_flow_bipartite(supply, room, edges)
+        for (left, right), units in flow.items():
+            assert 0 <= units <= edges[left][right]
+        for left in edges:
+            assert sum(u for (l2, _), u in flow.items() if l2 == left) <= supply[left]
+        for right in rights:
+            assert sum(u for (_, r2), u in flow.items() if r2 == right) <= room[right]
+        graph = nx.DiGraph()
+        for left, mine in edges.items():
+            graph.add_edge("s", ("l", left), capacity=supply[left])
+            for right, cap in mine.items():
+                graph.add_edge(("l", left), ("r", right), capacity=cap)
+        for right in rights:
+            graph.add_edge(("r", right), "t", capacity=room[right])
+        best = nx.maximum_flow_value(graph, "s", "t") if edges else 0
+        assert sum(flow.values()) == best

@@ -1,0 +1,150 @@
+"""Hypothesis strategies that make grouper inputs (part of the conformance kit).
+
+:func:`grouper_inputs` draws ``(tasks, metadata)`` with live and vanished processors, flat and
+hierarchical location ids, task locality that is mostly consistent with the previous assignment
+and sometimes stale or unknown; :func:`virtual_grouper_inputs` draws a SEP-32 split or merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from groupers.api import GrouperMetadata
+from metadata.model import SystemStreamPartition, TaskModel
+
+__all__ = [
+    "GrouperInput",
+    "grouper_inputs",
+    "locations",
+    "task_models",
+    "virtual_grouper_inputs",
+]
+
+_ZONES = ("zone-a", "zone-b", "zone-c")
+
+
+@st.composite
+def locations(draw: st.DrawFn, scheme: str = "mixed") -> str:
+    """A location id: flat (``host-3``) or hierarchical (``zone-a/rack-1/host-3``).
+
+    ``scheme`` is "flat", "hierarchical" or "mixed" (either, drawn per location).
+    """
+    host = draw(st.integers(0, 5))
+    if scheme == "flat" or (scheme == "mixed" and draw(st.booleans())):
+        return f"host-{host}"
+    zone = draw(st.sampled_from(_ZONES))
+    rack = draw(st.integers(0, 1))
+    return f"{zone}/rack-{rack}/host-{host}"
+
+
+@st.composite
+def task_models(draw: st.DrawFn, max_tasks: int = 40) -> list[TaskModel]:
+    """Distinct tasks named like Samza's ``Partition N``, one SSP each."""
+    count = draw(st.integers(0, max_tasks))
+    numbers = draw(
+        st.lists(st.integers(0, 10 * max_tasks + 10), min_size=count, max_size=count, unique=True)
+    )
+    return [
+        TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
+        for n in numbers
+    ]
+
+
+@dataclass(frozen=True)
+class GrouperInput:
+    tasks: list[TaskModel]
+    metadata: GrouperMetadata
+
+
+@st.composite
+def grouper_inputs(
+    draw: st.DrawFn,
+    max_tasks: int = 40,
+    max_processors: int = 8,
+    min_processors: int = 1,
+    schemes: Collection[str] = ("flat", "hierarchical", "mixed"),
+) -> GrouperInput:
+    """Tasks plus metadata: a previous assignment over live and vanished processors.
+
+    Each example uses one location scheme from ``schemes`` (see :func:`locations`).
+    """
+    scheme = draw(st.sampled_from(sorted(schemes)))
+    tasks = draw(task_models(max_tasks=max_tasks))
+    live_count = draw(st.integers(min_processors, max_processors))
+    gone_count = draw(st.integers(0, 3))
+    live = [f"p-{i}" for i in range(live_count)]
+    gone = [f"gone-{i}" for i in range(gone_count)]
+    where = {pid: draw(locations(scheme)) for pid in live + gone}
+    previous: dict[str, str] = {}
+    task_locality: dict[str, str] = {}
+    owners = live + gone
+    for task in tasks:
+        kind = draw(st.sampled_from(("prev", "prev", "prev", "new", "stale", "unknown-loc")))
+        if kind == "new" or not owners:
+            continue
+        owner = draw(st.sampled_from(owners))
+        previous[task.name] = owner
+        if kind == "prev":
+            task_locality[task.name] = where[owner]
+        elif kind == "stale":
+            task_locality[task.name] = draw(locations(scheme))
+    metadata = GrouperMetadata(
+        processor_locality={pid: where[pid] for pid in live},
+        task_locality=task_locality,
+        previous_task_to_processor=previous,
+    )
+    return GrouperInput(tasks, metadata)
+
+
+def _virtual_tasks(partitions: int, factor: int) -> list[TaskModel]:
+    """``group-by-partition`` tasks of one 'events' and one 'clicks' input at ``factor``."""
+    tasks = []
+    for p in range(partitions):
+        for b in range(factor) if factor > 1 else (-1,):
+            name = f"Partition {p}" if factor == 1 else f"Partition {p}-{b}-{factor}"
+            ssps = {SystemStreamPartition("kafka", s, p, b) for s in ("events", "clicks")}
+            tasks.append(TaskModel(name, frozenset(ssps), p * factor + max(b, 0)))
+    return tasks
+
+
+@st.composite
+def virtual_grouper_inputs(
+    draw: st.DrawFn,
+    max_partitions: int = 6,
+    max_processors: int = 8,
+    schemes: Collection[str] = ("flat", "hierarchical", "mixed"),
+) -> GrouperInput:
+    """A SEP-32 split or merge: tasks at a new elasticity factor, history under the old names.
+
+    The previous tasks (factor ``f``) ran on live and vanished processors with mostly accurate
+    locality; the requested tasks have factor ``2f``, ``f/2``, 1 or 8, and the metadata carries
+    the previous tasks' stream partitions in ``previous_task_to_ssps``.
+    """
+    scheme = draw(st.sampled_from(sorted(schemes)))
+    partitions = draw(st.integers(1, max_partitions))
+    old_factor = draw(st.sampled_from((1, 2, 4)))
+    new_factor = draw(st.sampled_from(sorted({max(1, old_factor // 2), old_factor * 2, 1, 8})))
+    old_tasks = _virtual_tasks(partitions, old_factor)
+    new_tasks = _virtual_tasks(partitions, new_factor)
+    live = [f"p-{i}" for i in range(draw(st.integers(1, max_processors)))]
+    gone = [f"gone-{i}" for i in range(draw(st.integers(0, 2)))]
+    where = {pid: draw(locations(scheme)) for pid in live + gone}
+    previous: dict[str, str] = {}
+    task_locality: dict[str, str] = {}
+    for task in old_tasks:
+        kind = draw(st.sampled_from(("prev", "prev", "prev", "none", "stale")))
+        if kind == "none":
+            continue
+        owner = draw(st.sampled_from(live + gone))
+        previous[task.name] = owner
+        task_locality[task.name] = where[owner] if kind == "prev" else draw(locations(scheme))
+    metadata = GrouperMetadata(
+        processor_locality={pid: where[pid] for pid in live},
+        task_locality=task_locality,
+        previous_task_to_processor=previous,
+        previous_task_to_ssps={t.name: t.partitions for t in old_tasks},
+    )
+    return GrouperInput(new_tasks, metadata)
