@@ -65,6 +65,7 @@ from coordinator.config import JobConfig, load_config  # noqa: E402
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from coordinator.leader.service import CoordinatorService  # noqa: E402
 from coordinator.member.processor import ProcessorClient  # noqa: E402
+from groupers.measures import tasks_moved  # noqa: E402
 from metadata.model import BarrierState, TaskModel  # noqa: E402
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402
 
@@ -453,7 +454,7 @@ class Job:
             coordinator_reads=after[1] - before[1],
             processor_writes=after[2] - before[2],
             processor_reads=after[3] - before[3],
-            moved=sum(1 for t, p in owner_after.items() if owner_before.get(t) != p),
+            moved=tasks_moved(owner_before, owner_after),
             cpu_processors=cpu_used[0],
             cpu_coordinator=cpu_used[1],
             cpu_zookeeper=cpu_used[2],

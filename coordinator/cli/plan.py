@@ -25,6 +25,7 @@ from typing import Any
 
 from coordinator.cli.common import CommandError
 from groupers import GrouperMetadata, get_grouper, validate
+from groupers.measures import tasks_kept_local, tasks_moved, tasks_with_locality
 from metadata.errors import JobModelFormatError
 from metadata.model import FrozenMap, JobModel, TaskModel
 from metadata.serde import dump_job_model, task_from_dict
@@ -114,9 +115,9 @@ def summarize(model: JobModel, metadata: GrouperMetadata) -> PlanSummary:
     return PlanSummary(
         tasks=len(owner),
         processors=len(model.containers),
-        moved=sum(1 for task, pid in owner.items() if previous.get(task) != pid),
-        with_locality=sum(1 for task in owner if task in recorded),
-        locality_kept=sum(1 for task, pid in owner.items() if recorded.get(task) == where[pid]),
+        moved=tasks_moved(previous, owner),
+        with_locality=tasks_with_locality(owner, recorded),
+        locality_kept=tasks_kept_local(owner, where, recorded),
         min_tasks=min(sizes),
         max_tasks=max(sizes),
     )

@@ -20,6 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from groupers import GrouperMetadata, get_grouper, validate
+from groupers.measures import (
+    movement_lower_bound,
+    owners,
+    tasks_kept_local,
+    tasks_moved,
+    tasks_with_locality,
+)
 from metadata.model import ContainerModel, SystemStreamPartition, TaskModel
 
 __all__ = ["Step", "run_simulation", "simulate"]
@@ -43,23 +50,6 @@ class Step:
     label: str
     processors: dict[str, str]
     per_grouper: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
-
-
-def _lower_bound(md: GrouperMetadata, total: int) -> int:
-    live = md.processor_locality
-    counts = {pid: 0 for pid in live}
-    orphans = 0
-    for pid in md.previous_task_to_processor.values():
-        if pid in counts:
-            counts[pid] += 1
-        else:
-            orphans += 1
-    orphans += total - len(md.previous_task_to_processor)
-    floor, extra = divmod(total, len(live))
-    shed = 0
-    for rank, count in enumerate(sorted(counts.values(), reverse=True)):
-        shed += max(0, count - (floor + (1 if rank < extra else 0)))
-    return orphans + shed
 
 
 def simulate() -> tuple[list[Step], dict[str, Totals]]:
@@ -95,13 +85,11 @@ def simulate() -> tuple[list[Step], dict[str, Totals]]:
             md = GrouperMetadata(live, locality, previous)
             containers: set[ContainerModel] = grouper.group(tasks, md)
             validate(tasks, md, containers)
-            owner = {t: c.processor_id for c in containers for t in c.tasks}
-            moved = sum(1 for t, pid in owner.items() if previous.get(t) != pid)
-            warm = sum(1 for t, pid in owner.items() if locality.get(t) == live[pid])
-            restored = sum(
-                1 for t, pid in owner.items() if t in locality and locality[t] != live[pid]
-            )
-            bound = _lower_bound(md, len(tasks))
+            owner = owners(containers)
+            moved = tasks_moved(previous, owner)
+            warm = tasks_kept_local(owner, live, locality)
+            restored = tasks_with_locality(owner, locality) - warm
+            bound = movement_lower_bound(tasks, md)
             step.per_grouper[name] = (moved, bound, warm, restored)
             if previous:
                 total = totals[name]

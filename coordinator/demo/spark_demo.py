@@ -48,6 +48,7 @@ from coordinator.demo.report import (
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
+from groupers.measures import tasks_moved
 from metadata.zk import ZkMetadataStore, connect
 
 __all__ = ["DemoResult", "run_demo"]
@@ -259,9 +260,8 @@ class Demo:
         if previous is None or current.version != previous.version:
             self.result.versions.append(current.version)
             if previous is not None:
-                before = previous.task_to_processor
-                self.result.tasks_moved += sum(
-                    1 for t, p in current.task_to_processor.items() if before.get(t) != p
+                self.result.tasks_moved += tasks_moved(
+                    previous.task_to_processor, current.task_to_processor
                 )
         self.in_force = current
         return self.driver.placement(current.task_to_processor)

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from coordinator.protocol.leader_events import (
     Action,
@@ -69,6 +68,7 @@ from coordinator.protocol.leader_events import (
     GrouperFinished,
     LeadershipGained,
     LeadershipLost,
+    LeaderState,
     LocalityChanged,
     MarkBarrier,
     MembershipChanged,
@@ -82,17 +82,10 @@ from coordinator.protocol.leader_events import (
 )
 from coordinator.protocol.rules import losing_processors, retention_floor
 from groupers import GrouperMetadata, InvalidAssignment, validate
+from groupers.measures import tasks_kept_local, tasks_moved, tasks_with_locality
 from metadata.model import BarrierState, ContainerModel, FrozenMap, JobModel, TaskModel
 
-__all__ = ["TRANSITIONS", "LeaderMachine", "LeaderState"]
-
-
-class LeaderState(StrEnum):
-    FOLLOWER = "FOLLOWER"  # not leading: decides nothing
-    IDLE = "IDLE"  # leading; the model in force matches the live processors
-    DEBOUNCING = "DEBOUNCING"  # membership changed: waiting for quiet, the cap or a grace period
-    GROUPING = "GROUPING"  # the grouper runs
-    BARRIER = "BARRIER"  # a new version is published; waiting for its barrier
+__all__ = ["TRANSITIONS", "LeaderMachine", "LeaderState"]  # (LeaderState: leader_events)
 
 
 L = LeaderState
@@ -320,11 +313,9 @@ class LeaderMachine:
                 frozenset(containers),
                 base=in_force.version if in_force else None,
                 losing=losing_processors(in_force, candidate) if in_force else frozenset(),
-                moved=sum(1 for t, pid in owner.items() if previous.get(t) != pid),
-                locality_kept=sum(
-                    1 for t, pid in owner.items() if recorded.get(t) == self.processors.get(pid)
-                ),
-                with_locality=sum(1 for t in owner if t in recorded),
+                moved=tasks_moved(previous, owner),
+                locality_kept=tasks_kept_local(owner, self.processors, recorded),
+                with_locality=tasks_with_locality(owner, recorded),
             )
         ]
 

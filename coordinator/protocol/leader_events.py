@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from groupers import GrouperMetadata
 from metadata.model import BarrierState, JobModel, TaskModel
@@ -17,6 +18,7 @@ __all__ = [
     "GrouperFailed",
     "GrouperFinished",
     "LeadershipGained",
+    "LeaderState",
     "LeadershipLost",
     "LocalityChanged",
     "MarkBarrier",
@@ -29,6 +31,14 @@ __all__ = [
     "ScheduleWakeup",
     "TimePassed",
 ]
+
+
+class LeaderState(StrEnum):
+    FOLLOWER = "FOLLOWER"  # not leading: decides nothing
+    IDLE = "IDLE"  # leading; the model in force matches the live processors
+    DEBOUNCING = "DEBOUNCING"  # membership changed: waiting for quiet, the cap or a grace period
+    GROUPING = "GROUPING"  # the grouper runs
+    BARRIER = "BARRIER"  # a new version is published; waiting for its barrier
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from affinity_pipeline.events import INPUT_STREAM, INPUT_SYSTEM
 from groupers import GrouperMetadata, get_grouper, get_ssp_grouper, validate
+from groupers.measures import moved_tasks
 from metadata.model import JobModel, StreamInput, TaskModel
 from metadata.zk import ZkMetadataStore
 
@@ -78,7 +79,7 @@ class JobModelPlacement:
         if self.model is not None and self.model.same_assignment(candidate):
             return PlanStep(self.model, False, (), previous)
         assignment = candidate.task_to_processor()
-        moved = tuple(sorted(t for t, p in assignment.items() if previous.get(t) not in (None, p)))
+        moved = tuple(moved_tasks(previous, assignment, count_new=False))
         self.model = candidate
         return PlanStep(candidate, True, moved, assignment)
 
