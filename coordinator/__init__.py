@@ -1,5 +1,13 @@
-"""coordinator: leader election, job-model generation, the barrier, the processor client, the
-long-running service and the ``affinity`` command line.
+"""coordinator: the barrier protocol and the processes that play it.
+
+- ``protocol``: every rule that decides, as machines with no I/O (the leader's, the member's,
+  and the rules they share);
+- ``leader``: a coordinator replica (election, fencing, the grouper run, publishes, barriers);
+- ``member``: processors following the job models (one processor, or a Spark driver's
+  executors), executor registration;
+- ``cli``: the ``affinity`` command; ``demo``: ``affinity demo`` and the ZooKeeper launcher;
+- ``config`` (the job config) and ``observability`` (logging, metrics, health endpoints).
 
 The top layer: may import ``metadata``, ``groupers`` and ``locality``; nothing imports it.
+Inside, roles point one way: cli > demo > leader | member > protocol (import-linter).
 """

@@ -78,13 +78,18 @@ def _checked(inputs: Collection[object]) -> list[StreamInput]:
 
 
 @dataclass(frozen=True)
-class GroupByPartition:
-    """Task ``Partition N`` = partition N of every input (``Partition N-B-F``: key bucket B)."""
+class _ElasticSspGrouper:
+    """What both SSP groupers share: the elasticity factor (checked once)."""
 
     elasticity_factor: int = 1
 
     def __post_init__(self) -> None:
         _factor(self.elasticity_factor)
+
+
+@dataclass(frozen=True)
+class GroupByPartition(_ElasticSspGrouper):
+    """Task ``Partition N`` = partition N of every input (``Partition N-B-F``: key bucket B)."""
 
     def group(self, inputs: Collection[object]) -> set[TaskModel]:
         streams = _checked(inputs)
@@ -103,13 +108,8 @@ class GroupByPartition:
 
 
 @dataclass(frozen=True)
-class GroupBySsp:
+class GroupBySsp(_ElasticSspGrouper):
     """One task per stream partition (per key bucket of it when the factor is > 1)."""
-
-    elasticity_factor: int = 1
-
-    def __post_init__(self) -> None:
-        _factor(self.elasticity_factor)
 
     def group(self, inputs: Collection[object]) -> set[TaskModel]:
         streams = _checked(inputs)
