@@ -22,6 +22,7 @@ from metadata.zk.chunks import Manifest
 from metadata.zk.client import ancestor_acl, connect, job_acl
 from metadata.zk.errors import (
     CorruptDataError,
+    DuplicateRegistration,
     FencedOut,
     NodeExists,
     NodeTooLarge,
@@ -66,6 +67,7 @@ __all__ = [
     "Barriers",
     "CheckpointStore",
     "CorruptDataError",
+    "DuplicateRegistration",
     "FencedOut",
     "JobLayout",
     "JobModelStore",

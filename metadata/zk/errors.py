@@ -16,6 +16,8 @@ error                         meaning
 ``NodeTooLarge``              the write would exceed ZooKeeper's request limit; nothing was sent
 ``StoreUnavailable``          ZooKeeper did not answer within the bounded retries
 ``SessionLost``               the client's session expired during the call (ephemerals are gone)
+``DuplicateRegistration``     an older live registration holds this processor id; ours was
+                              given up (the older one wins)
 ============================  =================================================================
 """
 
@@ -25,6 +27,7 @@ from metadata.errors import CorruptDataError, MetadataError
 
 __all__ = [
     "CorruptDataError",
+    "DuplicateRegistration",
     "FencedOut",
     "NodeExists",
     "NodeTooLarge",
@@ -108,3 +111,17 @@ class SessionLost(StoreUnavailable):
     Ephemeral nodes of the old session (processor registration, barrier participation) are gone;
     the caller must register again.
     """
+
+
+class DuplicateRegistration(ZkStoreError):
+    """An older live registration (``path``) holds ``processor_id``: the registration ``node`` was
+    refused and removed; the older one keeps the id (see :mod:`metadata.zk.recipe.processors`)."""
+
+    def __init__(self, processor_id: str, node: str, older: str) -> None:
+        super().__init__(
+            older,
+            f"processor id {processor_id!r} is already registered by this live processor;"
+            f" the registration {node} was refused (one processor per id)",
+        )
+        self.processor_id = processor_id
+        self.node = node

@@ -68,7 +68,7 @@ def processors(
     def start(pid: str) -> tuple[ProcessorClient, Recorder]:
         store = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
         recorder = Recorder()
-        read_container, join_barrier = store.read_container, store.join_barrier
+        read_container, join_barrier = store.job_models.read_container, store.barriers.join
 
         def reading(version: int, processor_id: str, **kwargs: Any) -> ContainerModel | None:
             recorder.add("read", version)
@@ -78,8 +78,8 @@ def processors(
             recorder.add("join", version)
             join_barrier(version, processor_id)
 
-        store.read_container = reading  # type: ignore[method-assign]
-        store.join_barrier = joining  # type: ignore[method-assign]
+        store.job_models.read_container = reading  # type: ignore[method-assign]
+        store.barriers.join = joining  # type: ignore[method-assign]
         client = ProcessorClient(
             store.client,
             store,

@@ -4,7 +4,9 @@ Each node holds JSON ``{"processor_id", "location_id", "host", "registration_id"
 lives as long as the registering client's session. Two live registrations with one processor id
 (a restarted processor whose old session has not expired yet, or a misconfiguration) are both
 reported by :meth:`ProcessorRegistry.read`: the older one (lower sequence) wins, the newer ones
-are returned as duplicates.
+are returned as duplicates. A member looks for an older one right after registering
+(:meth:`ProcessorRegistry.older_than`) and, if one stays, gives its registration up (the rule is
+the member machine's, :mod:`coordinator.protocol.member`).
 
 A registration whose answer was lost to a connection drop is looked up by its
 ``registration_id`` before trying again, so a retry never registers a processor twice.
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -34,7 +36,8 @@ _RESERVED = frozenset({"processor_id", "location_id", "host", "registration_id"}
 
 @dataclass(frozen=True, slots=True)
 class ProcessorRegistration:
-    """One live processor registration (``node`` is its path, ``sequence`` its sequence number)."""
+    """One live processor registration (``node`` is its path, ``sequence`` its sequence number,
+    ``owner`` the ZooKeeper session that holds it)."""
 
     processor_id: str
     location_id: str
@@ -42,6 +45,7 @@ class ProcessorRegistration:
     node: str
     sequence: int
     data: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    owner: int = field(default=0, compare=False)
 
 
 class ProcessorRegistry:
@@ -118,16 +122,7 @@ class ProcessorRegistry:
 
     def read(self) -> tuple[list[ProcessorRegistration], list[ProcessorRegistration]]:
         """(live registrations, one per processor id, sorted by sequence; losing duplicates)."""
-        names = self._ops.children(self._layout.processors, "list processors") or []
-        paths = [f"{self._layout.processors}/{name}" for name in names]
-        found = self._ops.get_many(paths, "read processors", self._layout.processors)
-        registrations = []
-        for name, path in zip(names, paths, strict=True):
-            entry = found.get(path)
-            if entry is None:
-                continue  # expired between listing and reading
-            registrations.append(self._decode(name, path, entry[0]))
-        registrations.sort(key=lambda r: r.sequence)
+        registrations = self._read_all()
         winners: dict[str, ProcessorRegistration] = {}
         duplicates = []
         for registration in registrations:
@@ -141,6 +136,34 @@ class ProcessorRegistry:
                 duplicates=[(d.processor_id, d.node) for d in duplicates],
             )
         return list(winners.values()), duplicates
+
+    def older_than(self, node: str, processor_id: str) -> ProcessorRegistration | None:
+        """The oldest live registration of ``processor_id`` older than ``node`` (a lower
+        sequence) held by another session than this client's, or None."""
+        sequence = processor_sequence(node.rsplit("/", 1)[-1])
+        session = self._ops.client.client_id
+        own = session[0] if session else None
+        for registration in self._read_all():
+            if sequence is not None and registration.sequence >= sequence:
+                break
+            if registration.processor_id == processor_id and registration.owner != own:
+                return registration
+        return None
+
+    def _read_all(self) -> list[ProcessorRegistration]:
+        """Every live registration, sorted by sequence."""
+        names = self._ops.children(self._layout.processors, "list processors") or []
+        paths = [f"{self._layout.processors}/{name}" for name in names]
+        found = self._ops.get_many(paths, "read processors", self._layout.processors)
+        registrations = []
+        for name, path in zip(names, paths, strict=True):
+            entry = found.get(path)
+            if entry is None:
+                continue  # expired between listing and reading
+            registration = self._decode(name, path, entry[0])
+            registrations.append(replace(registration, owner=entry[1].ephemeralOwner))
+        registrations.sort(key=lambda r: r.sequence)
+        return registrations
 
     def locality(self) -> dict[str, str]:
         """Live processor id -> location id."""
