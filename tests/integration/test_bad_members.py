@@ -7,11 +7,12 @@ Each test has its own ZooKeeper server and its own processes (``jobharness.JobHa
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobharness import JobHarness, Proc
+from jobharness import AFFINITY, JobHarness, Proc
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
@@ -76,3 +77,52 @@ def test_a_second_processor_with_a_live_processors_id_is_refused(job: JobHarness
     assert set(job.running("dup")) == set(model.containers["dup"].tasks)
     assert job.processors["dup"].popen.poll() is None
     job.assert_no_task_ran_twice_at_once()
+
+
+# ------------------------------------------------------------------------ item 4
+
+
+def bad_registration(job: JobHarness, data: bytes) -> str:
+    """What any processor can write: an ephemeral sequential processors/processor- node."""
+    path: str = job.store.client.create(
+        job.store.layout.processor_prefix, data, ephemeral=True, sequence=True
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "data", [b"{not json", b'{"processor_id": "p-x", "host": "h"}'], ids=["not-json", "no-location"]
+)
+def test_a_malformed_registration_is_skipped_and_the_job_rebalances(
+    job: JobHarness, data: bytes
+) -> None:
+    job.start_coordinator("coordinator-0")
+    job.start_processor("p-1", "zone-a/h1")
+    job.wait_for(job.settled, 30, "p-1 to run every task")
+    first = job.done_model()
+    assert first is not None
+    bad = bad_registration(job, data)
+
+    job.start_processor("p-2", "zone-b/h2")
+    job.wait_for(job.settled, 30, "p-2 to get its tasks despite the bad registration")
+    model = job.done_model()
+    assert model is not None and set(model.containers) == {"p-1", "p-2"}
+    assert len(model.containers["p-2"].tasks) == 3
+    assert model.version <= first.version + 3  # no storm of elections and versions
+
+    live, _ = job.store.processors.read()
+    assert [r.processor_id for r in live] == ["p-1", "p-2"]
+    assert job.store.processors.skipped == (bad,)
+    log = job.coordinators["coordinator-0"].log.read_text()
+    assert log.count('"coordinator.leading"') == 1  # never stepped down
+    assert "zk.bad_registration_skipped" in log and bad in log
+
+    shown = subprocess.run(
+        [AFFINITY, "locality", "show", "--config", str(job.config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["processors"] == {"p-1": "zone-a/h1", "p-2": "zone-b/h2"}

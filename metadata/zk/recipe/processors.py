@@ -8,6 +8,12 @@ are returned as duplicates. A member looks for an older one right after register
 (:meth:`ProcessorRegistry.older_than`) and, if one stays, gives its registration up (the rule is
 the member machine's, :mod:`coordinator.protocol.member`).
 
+Any client that may register can write a node there, so a registration that is not one
+(``b'{not json'``, JSON without ``location_id``, a node name without a sequence) must not stop
+the job: :meth:`ProcessorRegistry.read` skips it, logs it once with its node
+(``zk.bad_registration_skipped``) and lists it in :attr:`ProcessorRegistry.skipped` (the skipped
+nodes of the last read: a gauge for the coordinator's metrics).
+
 A registration whose answer was lost to a connection drop is looked up by its
 ``registration_id`` before trying again, so a retry never registers a processor twice.
 """
@@ -56,6 +62,7 @@ class ProcessorRegistry:
         node = store.processors.register("p-1", "zone-a/node-1", host="node-1")
         live, duplicates = store.processors.read()
         store.processors.locality()                  # {"p-1": "zone-a/node-1", ...}
+        store.processors.skipped                     # malformed nodes the last read skipped
         watch = store.processors.watch(lambda children: print(children))
         store.processors.unregister(node)
 
@@ -64,6 +71,8 @@ class ProcessorRegistry:
     def __init__(self, ops: ZkOps, layout: JobLayout) -> None:
         self._ops = ops
         self._layout = layout
+        #: The malformed registrations (node paths) the last read skipped.
+        self.skipped: tuple[str, ...] = ()
 
     def register(self, processor_id: str, location_id: str, host: str = "", **extra: Any) -> str:
         """Register a processor for the life of this client's session; returns the node path."""
@@ -155,13 +164,22 @@ class ProcessorRegistry:
         names = self._ops.children(self._layout.processors, "list processors") or []
         paths = [f"{self._layout.processors}/{name}" for name in names]
         found = self._ops.get_many(paths, "read processors", self._layout.processors)
-        registrations = []
+        registrations, skipped = [], []
         for name, path in zip(names, paths, strict=True):
             entry = found.get(path)
             if entry is None:
                 continue  # expired between listing and reading
-            registration = self._decode(name, path, entry[0])
+            try:
+                registration = self._decode(name, path, entry[0])
+            except CorruptDataError as exc:
+                skipped.append(path)
+                if path not in self.skipped:  # logged once, not at every read
+                    self._ops.log.error(
+                        "zk.bad_registration_skipped", node=path, problem=exc.problem
+                    )
+                continue
             registrations.append(replace(registration, owner=entry[1].ephemeralOwner))
+        self.skipped = tuple(sorted(skipped))
         registrations.sort(key=lambda r: r.sequence)
         return registrations
 
