@@ -16,6 +16,7 @@ error                         meaning
 ``NodeTooLarge``              the write would exceed ZooKeeper's request limit; nothing was sent
 ``StoreUnavailable``          ZooKeeper did not answer within the bounded retries
 ``SessionLost``               the client's session expired during the call (ephemerals are gone)
+``UnsafeAcl``                 a protected job found a node of its folder that others can change
 ``DuplicateRegistration``     an older live registration holds this processor id; ours was
                               given up (the older one wins)
 ============================  =================================================================
@@ -36,6 +37,7 @@ __all__ = [
     "SessionLost",
     "StoreUnavailable",
     "TransactionRejected",
+    "UnsafeAcl",
     "VersionMismatch",
     "WriteConflict",
     "ZkStoreError",
@@ -125,3 +127,8 @@ class DuplicateRegistration(ZkStoreError):
         )
         self.processor_id = processor_id
         self.node = node
+
+
+class UnsafeAcl(ZkStoreError):
+    """A protected job (credentials set) found a node of its folder (``path``) whose ACL lets
+    others change it: someone else created it. The job does not run there."""
