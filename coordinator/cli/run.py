@@ -114,8 +114,9 @@ def run_processor(args: argparse.Namespace) -> int:
             on_start=work.start,
             on_stop=work.stop,
             job=f"{config.job.name}-{config.job.id}",
+            duplicate_wait_s=config.zookeeper.session_timeout_ms / 1000 + 1,
         )
-        processor.run(stop)
+        processor.run(stop)  # DuplicateRegistration: one line, exit 1 (common.report)
     return 0
 
 

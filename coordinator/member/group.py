@@ -14,13 +14,16 @@ Usage::
     group.run(stop_event)      # until stop_event is set: follows job models behind barriers
 
 ``on_start(processor_id, version, tasks)`` and ``on_stop(processor_id, version, tasks)`` run on
-the group's thread. ``register(processor_id, location_id, host, extra) -> node`` and
-``unregister(node)`` default to the store's processor registry; a Spark driver passes its
-executor registrar's.
+the group's thread. With ``duplicate_wait_s`` set, a member whose id an older live registration
+holds waits that long for it to go, then gives up (``on_refused(processor_id, node, older)``);
+without it (a Spark driver: its executors' ids are its own) registrations are not compared.
+``register(processor_id, location_id, host, extra) -> node`` and ``unregister(node)`` default to
+the store's processor registry; a Spark driver passes its executor registrar's.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -31,9 +34,10 @@ import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
-from coordinator.protocol.member import UNEXPECTED_LOSS, MemberMachine
+from coordinator.protocol.member import RECHECK_DELAY_S, UNEXPECTED_LOSS, MemberMachine
 from coordinator.protocol.member_events import (
     BarrierDecided,
+    CheckRegistration,
     Connected,
     ContainerRead,
     FetchLatestVersion,
@@ -47,6 +51,7 @@ from coordinator.protocol.member_events import (
     ReadManifest,
     Register,
     Registered,
+    RegistrationRefused,
     ResyncDue,
     ScheduleResync,
     SessionLost,
@@ -70,6 +75,8 @@ __all__ = ["MemberGroup", "OnTasks"]
 #: (version: the one they ran under).
 OnTasks = Callable[[str, int | None, Mapping[str, TaskModel]], None]
 RegisterFn = Callable[[str, str, str, Mapping[str, Any]], str]
+#: ``(processor_id, its node, the older registration's node)``: the member gave up.
+OnRefused = Callable[[str, str, str], None]
 
 
 @dataclass
@@ -105,6 +112,8 @@ class MemberGroup:
         job: str = "",
         register: RegisterFn | None = None,
         unregister: Callable[[str], None] | None = None,
+        duplicate_wait_s: float | None = None,
+        on_refused: OnRefused | None = None,
     ) -> None:
         self.client = client
         self.store = store
@@ -117,12 +126,16 @@ class MemberGroup:
         self._lock = threading.Lock()
         self._events: queue.Queue[_Item] = queue.Queue()
         self._watches = _Watches()
+        self._duplicate_wait_s = duplicate_wait_s
+        self._on_refused = on_refused
 
     # -------------------------------------------------------------------- membership
 
     def add(self, processor_id: str, location_id: str, host: str = "", **extra: Any) -> None:
         """A new member: it registers as soon as the session is up (thread-safe)."""
-        machine = MemberMachine(processor_id)
+        wait = self._duplicate_wait_s
+        patience = 0 if wait is None else max(0, math.ceil(wait / RECHECK_DELAY_S))
+        machine = MemberMachine(processor_id, patience=patience)
         log = self.log.bind(processor=processor_id, location=location_id)
         with self._lock:
             self._members[processor_id] = _Member(machine, location_id, host, extra, log=log)
@@ -228,7 +241,33 @@ class MemberGroup:
         pid = member.machine.processor_id
         member.node = self._register(pid, member.location_id, member.host, member.extra)
         member.log.info("processor.registered", node=member.node)
-        return [Registered(member.node)]
+        return self._check_registration(member, CheckRegistration())
+
+    def _check_registration(self, member: _Member, _a: CheckRegistration) -> list[MemberEvent]:
+        node = member.node
+        assert node is not None  # (checked only while registered)
+        if self._duplicate_wait_s is None:
+            return [Registered(node)]
+        older = self.store.processors.older_than(node, member.machine.processor_id)
+        if older is None:
+            return [Registered(node)]
+        member.log.warning(
+            "processor.duplicate_id",
+            node=node,
+            older=older.node,
+            older_location=older.location_id,
+            checks_left=member.machine.checks_left,
+        )
+        return [Registered(node, duplicate_of=older.node)]
+
+    def _refused(self, member: _Member, action: RegistrationRefused) -> list[MemberEvent]:
+        pid = member.machine.processor_id
+        member.log.error(
+            "processor.registration_refused", node=action.node, older=action.duplicate_of
+        )
+        if self._on_refused is not None:
+            self._on_refused(pid, action.node, action.duplicate_of)
+        return []
 
     def _unregister_member(self, member: _Member, _action: Unregister) -> list[MemberEvent]:
         node, member.node = member.node, None
@@ -337,6 +376,8 @@ class MemberGroup:
 _ACTION_HANDLERS: dict[type[MemberAction], str] = {
     Register: "_register_member",
     Unregister: "_unregister_member",
+    CheckRegistration: "_check_registration",
+    RegistrationRefused: "_refused",
     WatchVersions: "_watch_versions",
     FetchLatestVersion: "_fetch_latest_version",
     ReadManifest: "_read_manifest",

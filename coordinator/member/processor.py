@@ -5,6 +5,12 @@ loses, join, start on DONE, resync after an error, stop everything on session lo
 is that machine's adapter for a single processor, :class:`~coordinator.member.group.MemberGroup`
 with one member, under the callback signature ``affinity processor run`` uses.
 
+One processor id, one processor (I3): a processor whose id an older live registration holds
+waits ``duplicate_wait_s`` (give it the session timeout: a restarted processor's previous
+registration expires within it) for that registration to go, running nothing; if it stays,
+:meth:`ProcessorClient.run` removes its own and raises
+:class:`~metadata.zk.DuplicateRegistration` naming the older node.
+
 Usage::
 
     client = ProcessorClient(kazoo, store, "p-1", "zone-a/host-1", on_start=start, on_stop=stop)
@@ -21,7 +27,7 @@ from kazoo.client import KazooClient
 
 from coordinator.member.group import MemberGroup
 from metadata.model import TaskModel
-from metadata.zk import ZkMetadataStore
+from metadata.zk import DuplicateRegistration, ZkMetadataStore
 
 __all__ = ["ProcessorClient"]
 
@@ -43,6 +49,7 @@ class ProcessorClient:
         on_stop: OnStop,
         host: str | None = None,
         job: str = "",
+        duplicate_wait_s: float = 10.0,
     ) -> None:
         self.processor_id = processor_id
         self.location_id = location_id
@@ -55,7 +62,21 @@ class ProcessorClient:
         def stop(_pid: str, version: int | None, tasks: Mapping[str, TaskModel]) -> None:
             on_stop(version, tasks)
 
-        self.group = MemberGroup(client, store, on_start=start, on_stop=stop, job=job)
+        self.refusal: DuplicateRegistration | None = None
+
+        def refused(pid: str, node: str, older: str) -> None:
+            self.refusal = DuplicateRegistration(pid, node, older)
+            self.group.stop()
+
+        self.group = MemberGroup(
+            client,
+            store,
+            on_start=start,
+            on_stop=stop,
+            job=job,
+            duplicate_wait_s=duplicate_wait_s,
+            on_refused=refused,
+        )
         self.group.add(processor_id, location_id, self.host)
         self._machine = self.group.member(processor_id)
 
@@ -72,4 +93,7 @@ class ProcessorClient:
         self.group.stop()
 
     def run(self, stop: threading.Event | None = None) -> None:
+        """Follow the job models until ``stop``; raises DuplicateRegistration if refused."""
         self.group.run(stop)
+        if self.refusal is not None:
+            raise self.refusal

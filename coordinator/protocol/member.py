@@ -12,6 +12,15 @@ DESIGN.md "Data flow" and invariants I3 and I4 all live here:
 1. **Register.** On :class:`Connected` an unregistered member asks to :class:`Register` (an
    ephemeral node under ``processors/``); :class:`Registered` makes it follow the job models
    (:class:`WatchVersions`).
+1b. **One live registration per processor id (I3).** :class:`Registered` says whether an older
+   live registration (another session) holds the same processor id. The older one wins, as the
+   leader's view of the registrations says: the newer member follows nothing, joins no barrier
+   and starts no task (DUPLICATE). It looks again every :data:`RECHECK_DELAY_S`
+   (:class:`CheckRegistration`), ``patience`` times, so that a processor restarted before its
+   previous session expired gets in once that registration goes; an older registration still
+   there after that is live: the member removes its own (:class:`Unregister`) and gives up
+   (:class:`RegistrationRefused`, state REFUSED, for good). A running member never reads the
+   registrations again, so a newer duplicate can never displace it.
 2. **Follow a new version.** :class:`VersionAnnounced` ``v`` newer than any seen: read the
    manifest of ``v`` (:class:`ReadManifest`). A version not newer is ignored.
 3. **Early join.** When the manifest says the member keeps every task it runs (the rule
@@ -46,6 +55,7 @@ from dataclasses import dataclass, field
 
 from coordinator.protocol.member_events import (
     BarrierDecided,
+    CheckRegistration,
     Connected,
     ContainerRead,
     FetchLatestVersion,
@@ -59,6 +69,7 @@ from coordinator.protocol.member_events import (
     ReadManifest,
     Register,
     Registered,
+    RegistrationRefused,
     ResyncDue,
     ScheduleResync,
     SessionLost,
@@ -75,24 +86,30 @@ from coordinator.protocol.member_events import (
 from coordinator.protocol.rules import keeps_everything, tasks_changed
 from metadata.model import BarrierState, TaskModel
 
-__all__ = ["RESYNC_DELAY_S", "TRANSITIONS", "UNEXPECTED_LOSS", "MemberMachine"]
+__all__ = ["RECHECK_DELAY_S", "RESYNC_DELAY_S", "TRANSITIONS", "UNEXPECTED_LOSS", "MemberMachine"]
 
 #: How long a member waits before it resyncs after a store error (seconds).
 RESYNC_DELAY_S = 1.0
+#: How long a duplicate registration waits between two looks at the older one (seconds).
+RECHECK_DELAY_S = 1.0
 #: The reason of a stop the manifest said would not happen (an early join that loses a task).
 UNEXPECTED_LOSS = "moved, though the manifest said it keeps every task"
 
 # ------------------------------------------------------------------------------------ table
 
 S = MemberState
-_ANY_LIVE = (S.REGISTERING, S.FOLLOWING, S.READING, S.JOINED)
+_ANY_LIVE = (S.REGISTERING, S.DUPLICATE, S.FOLLOWING, S.READING, S.JOINED)
 _FOLLOWS = (S.FOLLOWING, S.READING, S.JOINED)
+_REGISTERED = frozenset({S.FOLLOWING, S.DUPLICATE, S.REFUSED})
 
 #: (state, event type) -> the states the handler may move to. An event a state does not list
 #: is ignored. The stateful test checks every transition it sees against this table.
 TRANSITIONS: dict[tuple[MemberState, type[MemberEvent]], frozenset[MemberState]] = {
     (S.UNREGISTERED, Connected): frozenset({S.REGISTERING}),
-    (S.REGISTERING, Registered): frozenset({S.FOLLOWING}),
+    (S.REGISTERING, Registered): _REGISTERED,
+    (S.DUPLICATE, Registered): _REGISTERED,
+    (S.DUPLICATE, ResyncDue): frozenset({S.DUPLICATE}),
+    (S.DUPLICATE, StoreFailed): frozenset({S.DUPLICATE}),
     **{(s, VersionAnnounced): frozenset({s, S.READING}) for s in _FOLLOWS},
     (S.READING, ManifestRead): frozenset({S.READING}),
     (S.READING, ManifestMissing): frozenset({S.FOLLOWING}),
@@ -103,7 +120,7 @@ TRANSITIONS: dict[tuple[MemberState, type[MemberEvent]], frozenset[MemberState]]
     (S.UNREGISTERED, ResyncDue): frozenset({S.REGISTERING}),
     **{(s, ResyncDue): frozenset({s}) for s in _FOLLOWS},
     **{(s, SessionLost): frozenset({S.UNREGISTERED}) for s in (S.UNREGISTERED, *_ANY_LIVE)},
-    **{(s, Shutdown): frozenset({S.CLOSED}) for s in (S.UNREGISTERED, *_ANY_LIVE)},
+    **{(s, Shutdown): frozenset({S.CLOSED}) for s in (S.UNREGISTERED, S.REFUSED, *_ANY_LIVE)},
 }
 
 
@@ -115,6 +132,7 @@ class MemberMachine:
     """One processor's member role: ``handle(event) -> list[MemberAction]`` (module docstring)."""
 
     processor_id: str
+    patience: int = 0  # looks at an older duplicate registration before giving up (1b)
     state: MemberState = MemberState.UNREGISTERED
     running: dict[str, TaskModel] = field(default_factory=dict)
     running_version: int | None = None
@@ -123,6 +141,7 @@ class MemberMachine:
     joined_early: bool = False
     target: dict[str, TaskModel] = field(default_factory=dict)  # v's tasks (JOINED)
     target_version: int | None = None
+    checks_left: int = 0  # looks left at an older duplicate registration (DUPLICATE)
 
     def handle(self, event: MemberEvent) -> list[MemberAction]:
         allowed = TRANSITIONS.get((self.state, type(event)))
@@ -138,11 +157,19 @@ class MemberMachine:
 
     def _connected(self, _event: Connected) -> list[MemberAction]:
         self.state = S.REGISTERING
+        self.checks_left = self.patience
         return [Register()]
 
-    def _registered(self, _event: Registered) -> list[MemberAction]:
-        self.state = S.FOLLOWING
-        return [WatchVersions()]
+    def _registered(self, event: Registered) -> list[MemberAction]:
+        if event.duplicate_of is None:
+            self.state = S.FOLLOWING
+            return [WatchVersions()]
+        if self.checks_left > 0:  # maybe our own previous session's, about to expire
+            self.checks_left -= 1
+            self.state = S.DUPLICATE
+            return [ScheduleResync(RECHECK_DELAY_S)]
+        self.state = S.REFUSED  # the older registration is live: it wins, for good
+        return [Unregister(), RegistrationRefused(event.node, event.duplicate_of)]
 
     def _session_lost(self, _event: SessionLost) -> list[MemberAction]:
         actions = self._stop_all("session lost")
@@ -152,7 +179,7 @@ class MemberMachine:
 
     def _shutdown(self, _event: Shutdown) -> list[MemberAction]:
         actions = self._stop_all("shutdown")
-        registered = self.state is not S.UNREGISTERED
+        registered = self.state not in (S.UNREGISTERED, S.REFUSED)
         self._forget()
         self.state = S.CLOSED
         return [*actions, Unregister()] if registered else actions
@@ -225,6 +252,8 @@ class MemberMachine:
     # ------------------------------------------------------------------- failures
 
     def _store_failed(self, _event: StoreFailed) -> list[MemberAction]:
+        if self.state is S.DUPLICATE:
+            return [ScheduleResync(RECHECK_DELAY_S)]  # look again later
         registering = self.state is S.REGISTERING
         self._forget()  # follow the latest again, even the version that failed
         self.state = S.UNREGISTERED if registering else S.FOLLOWING
@@ -234,6 +263,8 @@ class MemberMachine:
         if self.state is S.UNREGISTERED:
             self.state = S.REGISTERING
             return [Register()]
+        if self.state is S.DUPLICATE:
+            return [CheckRegistration()]
         return [FetchLatestVersion()]
 
     # ------------------------------------------------------------------- helpers

@@ -11,6 +11,7 @@ from metadata.model import BarrierState, TaskModel
 
 __all__ = [
     "BarrierDecided",
+    "CheckRegistration",
     "Connected",
     "ContainerRead",
     "FetchLatestVersion",
@@ -24,6 +25,7 @@ __all__ = [
     "ReadManifest",
     "Register",
     "Registered",
+    "RegistrationRefused",
     "ResyncDue",
     "ScheduleResync",
     "SessionLost",
@@ -42,6 +44,8 @@ __all__ = [
 class MemberState(StrEnum):
     UNREGISTERED = "UNREGISTERED"  # no live registration (start, or the session was lost)
     REGISTERING = "REGISTERING"  # asked to register, waiting for the node
+    DUPLICATE = "DUPLICATE"  # registered, but an older live registration has the same id
+    REFUSED = "REFUSED"  # gave up its registration to the older one with its id: runs nothing
     FOLLOWING = "FOLLOWING"  # registered; runs the tasks of the last DONE version it joined
     READING = "READING"  # reading the manifest and the container of a newer version
     JOINED = "JOINED"  # joined that version's barrier; waiting for DONE or TIMED_OUT
@@ -58,7 +62,14 @@ class Connected:
 
 @dataclass(frozen=True)
 class Registered:
+    """The member's registration ``node`` exists (after Register, or after CheckRegistration).
+
+    ``duplicate_of``: the node of an older live registration (another session) with the same
+    processor id, if there is one; None when this registration is the only one (or the oldest).
+    """
+
     node: str
+    duplicate_of: str | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,19 @@ class Unregister:
 
 
 @dataclass(frozen=True)
+class CheckRegistration:
+    """Look again for an older live registration with the member's id (answer: Registered)."""
+
+
+@dataclass(frozen=True)
+class RegistrationRefused:
+    """The member gives up: ``duplicate_of`` (older, still live) has its processor id."""
+
+    node: str  # this member's own (now removed) registration
+    duplicate_of: str
+
+
+@dataclass(frozen=True)
 class WatchVersions:
     pass
 
@@ -198,6 +222,8 @@ class ScheduleResync:
 MemberAction = (
     Register
     | Unregister
+    | CheckRegistration
+    | RegistrationRefused
     | WatchVersions
     | FetchLatestVersion
     | ReadManifest

@@ -22,6 +22,7 @@ from metadata.zk.chunks import Manifest
 from metadata.zk.client import ancestor_acl, connect, job_acl
 from metadata.zk.errors import (
     CorruptDataError,
+    DuplicateRegistration,
     FencedOut,
     NodeExists,
     NodeTooLarge,
@@ -30,6 +31,7 @@ from metadata.zk.errors import (
     SessionLost,
     StoreUnavailable,
     TransactionRejected,
+    UnsafeAcl,
     VersionMismatch,
     WriteConflict,
     ZkStoreError,
@@ -66,6 +68,7 @@ __all__ = [
     "Barriers",
     "CheckpointStore",
     "CorruptDataError",
+    "DuplicateRegistration",
     "FencedOut",
     "JobLayout",
     "JobModelStore",
@@ -83,6 +86,7 @@ __all__ = [
     "StoreUnavailable",
     "TaskLocalityStore",
     "TransactionRejected",
+    "UnsafeAcl",
     "VersionMismatch",
     "Watch",
     "WriteConflict",

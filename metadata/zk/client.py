@@ -1,6 +1,7 @@
 """Connecting to ZooKeeper: :func:`connect` builds and starts a :class:`KazooClient` from plain
 arguments (hosts, session timeout, digest credentials, TLS files); :func:`job_acl` and
-:func:`ancestor_acl` are the ACLs the store gives the nodes it creates."""
+:func:`ancestor_acl` are the ACLs the store gives the nodes it creates; :func:`foreign_rights`
+and :func:`describe_acl` check and show the ACL of a node it finds."""
 
 from __future__ import annotations
 
@@ -9,11 +10,21 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
-from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
 
 from metadata.zk.errors import PermissionDenied, StoreUnavailable
 
-__all__ = ["ancestor_acl", "connect", "job_acl"]
+__all__ = ["ancestor_acl", "connect", "describe_acl", "foreign_rights", "job_acl"]
+
+#: The rights that change a node or its children (everything but READ).
+CHANGE_RIGHTS = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Permissions.ADMIN
+_LETTERS = (
+    (Permissions.CREATE, "c"),
+    (Permissions.DELETE, "d"),
+    (Permissions.READ, "r"),
+    (Permissions.WRITE, "w"),
+    (Permissions.ADMIN, "a"),
+)
 
 
 def _split_auth(auth: str) -> tuple[str, str]:
@@ -38,6 +49,24 @@ def ancestor_acl(auth: str) -> list[ACL]:
     if not auth:
         return list(OPEN_ACL_UNSAFE)
     return [*job_acl(auth), make_acl("world", "anyone", read=True, create=True)]
+
+
+def foreign_rights(acls: list[ACL], auth: str, allowed: int = 0) -> list[ACL]:
+    """The entries of ``acls`` that give someone other than the digest user ``auth`` a right to
+    change the node (:data:`CHANGE_RIGHTS`) beyond ``allowed`` (e.g. CREATE on ``/affinity``)."""
+    ours = job_acl(auth)[0].id
+    return [acl for acl in acls if acl.id != ours and acl.perms & CHANGE_RIGHTS & ~allowed]
+
+
+def describe_acl(acls: list[ACL]) -> str:
+    """``world:anyone=cdrwa, digest:ops=cdrwa``: scheme, id and rights of each entry (a digest
+    id shows its user only, never its hash)."""
+    parts = []
+    for acl in acls:
+        who = acl.id.id.split(":", 1)[0] if acl.id.scheme == "digest" else acl.id.id
+        rights = "".join(letter for bit, letter in _LETTERS if acl.perms & bit) or "-"
+        parts.append(f"{acl.id.scheme}:{who}={rights}")
+    return ", ".join(parts) or "(empty)"
 
 
 def connect(

@@ -16,6 +16,9 @@ error                         meaning
 ``NodeTooLarge``              the write would exceed ZooKeeper's request limit; nothing was sent
 ``StoreUnavailable``          ZooKeeper did not answer within the bounded retries
 ``SessionLost``               the client's session expired during the call (ephemerals are gone)
+``UnsafeAcl``                 a protected job found a node of its folder that others can change
+``DuplicateRegistration``     an older live registration holds this processor id; ours was
+                              given up (the older one wins)
 ============================  =================================================================
 """
 
@@ -25,6 +28,7 @@ from metadata.errors import CorruptDataError, MetadataError
 
 __all__ = [
     "CorruptDataError",
+    "DuplicateRegistration",
     "FencedOut",
     "NodeExists",
     "NodeTooLarge",
@@ -33,6 +37,7 @@ __all__ = [
     "SessionLost",
     "StoreUnavailable",
     "TransactionRejected",
+    "UnsafeAcl",
     "VersionMismatch",
     "WriteConflict",
     "ZkStoreError",
@@ -108,3 +113,22 @@ class SessionLost(StoreUnavailable):
     Ephemeral nodes of the old session (processor registration, barrier participation) are gone;
     the caller must register again.
     """
+
+
+class DuplicateRegistration(ZkStoreError):
+    """An older live registration (``path``) holds ``processor_id``: the registration ``node`` was
+    refused and removed; the older one keeps the id (see :mod:`metadata.zk.recipe.processors`)."""
+
+    def __init__(self, processor_id: str, node: str, older: str) -> None:
+        super().__init__(
+            older,
+            f"processor id {processor_id!r} is already registered by this live processor;"
+            f" the registration {node} was refused (one processor per id)",
+        )
+        self.processor_id = processor_id
+        self.node = node
+
+
+class UnsafeAcl(ZkStoreError):
+    """A protected job (credentials set) found a node of its folder (``path``) whose ACL lets
+    others change it: someone else created it. The job does not run there."""

@@ -31,8 +31,10 @@ from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
+from kazoo.security import Permissions
 
-from metadata.zk.client import ancestor_acl, job_acl
+from metadata.zk.client import ancestor_acl, describe_acl, foreign_rights, job_acl
+from metadata.zk.errors import UnsafeAcl
 from metadata.zk.layout import JobLayout
 from metadata.zk.ops import SAFE_REQUEST_BYTES, ZkOps
 from metadata.zk.recipe.barriers import Barriers
@@ -211,18 +213,48 @@ class ZkMetadataStore:
         return self._ops.exists(self.layout.folder, "check job folder") is not None
 
     def ensure_layout(self) -> None:
-        """Create the job folder and its persistent nodes if missing (idempotent)."""
+        """Create the job folder and its persistent nodes if missing (idempotent).
+
+        With credentials (``auth``), the nodes it finds already there are checked first: one
+        whose ACL lets anyone else change it (a folder squatted before the job started) raises
+        :class:`UnsafeAcl` naming the node and the ACL found, before anything is written in it;
+        a folder above the job that others may do more than list and create in is logged
+        (``zk.ancestor_acl_open``)."""
         parts = self.layout.folder.strip("/").split("/")
         for depth in range(1, len(parts)):
             path = "/" + "/".join(parts[:depth])
             if self._ops.exists(path, "ensure layout") is None:
                 self._ops.ensure(path, what="ensure layout", acl=ancestor_acl(self._auth))
+            elif self._auth:
+                self._check_acl(path, ancestor=True)
         nodes: list[tuple[str, bytes]] = [(p, b"") for p in self.layout.containers()]
         nodes += [
             (self.layout.job_model_version, b""),
             (self.layout.epoch, b"0"),
             (self.layout.locality, self.locality.marker_data()),
         ]
+        missing = []
         for path, data in nodes:
             if self._ops.exists(path, "ensure layout") is None:
-                self._ops.ensure(path, data, what="ensure layout")
+                missing.append((path, data))
+            elif self._auth:
+                self._check_acl(path)
+        for path, data in missing:
+            self._ops.ensure(path, data, what="ensure layout")
+
+    def _check_acl(self, path: str, *, ancestor: bool = False) -> None:
+        """Refuse a job node others can change; log a folder above it others can change."""
+        acls, _ = self._ops.call("check ACL", path, lambda: self.client.get_acls(path))
+        allowed = Permissions.CREATE if ancestor else 0
+        foreign = foreign_rights(acls, self._auth, allowed)
+        if not foreign:
+            return
+        if ancestor:
+            self.log.warning("zk.ancestor_acl_open", path=path, acl=describe_acl(acls))
+            return
+        raise UnsafeAcl(
+            path,
+            f"others can change this node of a protected job (ACL found: {describe_acl(acls)});"
+            " it was not created with the job's credentials: remove it (or give it the job's"
+            " digest ACL only) before starting the job",
+        )

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+import structlog.testing
 from kazoo.client import KazooClient
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
@@ -20,6 +21,7 @@ from coordinator.member.processor import ProcessorClient
 from coordinator.protocol.rules import losing_processors
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import LeaderEpoch, ZkMetadataStore
+from metadata.zk.chunks import view_index
 
 pytestmark = pytest.mark.zk
 
@@ -177,3 +179,28 @@ def test_a_processor_behind_the_base_reads_first(
     wait_for(lambda: first.running_version == 2)
 
     assert first_log.order(2) == ["read", "join", "start"]
+
+
+def test_a_restarted_processor_meeting_a_corrupt_view_reads_the_whole_model(
+    zk_store: ZkMetadataStore, processors: Callable[[str], tuple[ProcessorClient, Recorder]]
+) -> None:
+    epoch = zk_store.epochs.acquire()
+    v1 = model(1, {"p-1": [0, 1, 2], "p-2": [3, 4, 5]})
+    zk_store.job_models.publish(v1, epoch=epoch, participants=["p-1", "p-2"])
+    manifest = zk_store.job_models.read_manifest(1)
+    ref = manifest.views[view_index("p-1", len(manifest.views))]
+    view = f"{zk_store.layout.job_model(1)}/{ref.name}"
+    zk_store.client.set(view, b"\x00 not a view")
+
+    with structlog.testing.capture_logs() as logs:
+        first, _ = processors("p-1")  # (re)started while version 1 is the latest
+        second, _ = processors("p-2")
+        wait_for(lambda: zk_store.barriers.participants(1) == {"p-1", "p-2"})
+        zk_store.barriers.set_state(1, "DONE", epoch=epoch)
+        wait_for(lambda: first.running_version == 1 and second.running_version == 1)
+
+    assert set(first.running) == {"Partition 0", "Partition 1", "Partition 2"}
+    assert set(second.running) == {"Partition 3", "Partition 4", "Partition 5"}
+    reported = [e for e in logs if e["event"] == "zk.container_view_corrupt"]
+    assert reported and {e["node"] for e in reported} == {view}
+    assert not [e for e in logs if e["event"] == "member.store_error"]  # no retry loop

@@ -8,6 +8,7 @@ import time
 import zlib
 
 import pytest
+import structlog.testing
 from kazoo.client import KazooClient
 
 from metadata.errors import CorruptDataError
@@ -357,25 +358,40 @@ def test_a_model_published_without_views_is_read_whole(zk_store: ZkMetadataStore
     assert zk_store.job_models.read_container(1, "p-unknown") is None
 
 
-def test_a_corrupt_view_is_named_and_the_whole_model_stays_readable(
-    zk_store: ZkMetadataStore,
+@pytest.mark.parametrize("damage", ["garbage", "deleted"])
+def test_a_corrupt_view_is_named_and_its_readers_fall_back_to_the_whole_model(
+    zk_store: ZkMetadataStore, damage: str
 ) -> None:
     model = job_model(1, 300, processors=5)
     publish(zk_store, zk_store.epochs.acquire(), model)
     views = manifest_of(zk_store, 1)["views"]
     assert isinstance(views, list)
     view_path = f"{zk_store.layout.folder}/jobModels/1/{views[0]['name']}"
-    zk_store.client.set(view_path, b"not zlib at all")
+    if damage == "garbage":
+        zk_store.client.set(view_path, b"not zlib at all")
+    else:
+        zk_store.client.delete(view_path)
 
-    errors = []
-    for pid in model.containers:
-        try:
-            zk_store.job_models.read_container(1, pid)
-        except CorruptDataError as exc:
-            errors.append(exc)
-    assert errors and all(e.path == view_path for e in errors)
-    assert "container view" in errors[0].problem
+    with structlog.testing.capture_logs() as logs:
+        for pid, container in model.containers.items():
+            assert zk_store.job_models.read_container(1, pid) == container
+    reported = [e for e in logs if e["event"] == "zk.container_view_corrupt"]
+    assert reported and {e["node"] for e in reported} == {view_path}
+    assert all(e["version"] == 1 and e["fallback"] == "the whole model" for e in reported)
     assert zk_store.job_models.read(1) == model
+
+
+def test_a_corrupt_view_of_a_corrupt_model_is_an_error_naming_a_node(
+    zk_store: ZkMetadataStore,
+) -> None:
+    model = job_model(1, 300, processors=5)
+    publish(zk_store, zk_store.epochs.acquire(), model)
+    folder = f"{zk_store.layout.folder}/jobModels/1"
+    for name in zk_store.client.get_children(folder):
+        zk_store.client.set(f"{folder}/{name}", b"garbage")
+    with pytest.raises(CorruptDataError) as error:
+        zk_store.job_models.read_container(1, "p-0")
+    assert error.value.path.startswith(folder)
 
 
 def test_views_are_left_out_when_one_would_not_fit_a_node(zk_store: ZkMetadataStore) -> None:

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 
 import pytest
+import structlog.testing
 from kazoo.client import KazooClient
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
-from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 
 pytestmark = pytest.mark.zk
@@ -101,28 +101,34 @@ def test_unregister_and_stopped_watch(zk_store: ZkMetadataStore) -> None:
     assert len(calls) == 2
 
 
-def test_garbage_registration_is_reported_with_its_path(zk_store: ZkMetadataStore) -> None:
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"{not json", "not valid JSON"),
+        (json.dumps({"processor_id": "p-9"}).encode(), "location_id"),
+        (b"[1, 2]", "not a JSON object"),
+    ],
+)
+def test_a_malformed_registration_is_skipped_logged_with_its_node_and_listed(
+    zk_store: ZkMetadataStore, data: bytes, problem: str
+) -> None:
+    zk_store.processors.register("p-1", "zone-a/node-1")
     path = zk_store.client.create(
-        f"{zk_store.layout.folder}/processors/processor-",
-        b"{not json",
-        ephemeral=True,
-        sequence=True,
+        f"{zk_store.layout.folder}/processors/processor-", data, ephemeral=True, sequence=True
     )
+    zk_store.processors.register("p-2", "zone-b/node-2")
 
-    with pytest.raises(CorruptDataError) as error:
-        zk_store.processors.read()
+    with structlog.testing.capture_logs() as logs:
+        live, duplicates = zk_store.processors.read()
+        assert zk_store.processors.locality() == {"p-1": "zone-a/node-1", "p-2": "zone-b/node-2"}
 
-    assert error.value.path == path
-    assert "not valid JSON" in error.value.problem
-    assert zk_store.client.get(path)[0] == b"{not json"  # the reader overwrote nothing
+    assert [r.processor_id for r in live] == ["p-1", "p-2"] and duplicates == []
+    assert zk_store.processors.skipped == (path,)
+    skipped = [e for e in logs if e["event"] == "zk.bad_registration_skipped"]
+    assert len(skipped) == 1  # once, not at every read
+    assert skipped[0]["node"] == path and problem in skipped[0]["problem"]
+    assert zk_store.client.get(path)[0] == data  # the reader overwrote nothing
 
-
-def test_registration_without_location_is_corrupt(zk_store: ZkMetadataStore) -> None:
-    zk_store.client.create(
-        f"{zk_store.layout.folder}/processors/processor-",
-        json.dumps({"processor_id": "p-1"}).encode(),
-        ephemeral=True,
-        sequence=True,
-    )
-    with pytest.raises(CorruptDataError, match="location_id"):
-        zk_store.processors.locality()
+    zk_store.client.delete(path)
+    zk_store.processors.read()
+    assert zk_store.processors.skipped == ()

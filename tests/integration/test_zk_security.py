@@ -1,23 +1,30 @@
 """Digest ACLs and TLS on a real ZooKeeper: a client without credentials can neither read nor
-change a protected job; TLS options reach kazoo."""
+change a protected job; a protected job does not run in a folder others created and can change
+(squatting); TLS options reach kazoo."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog.testing
 from kazoo.client import KazooClient
-from kazoo.security import make_digest_acl
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.demo.zookeeper import TlsFiles
 from metadata.model import ContainerModel, FrozenMap, JobModel
-from metadata.zk import PermissionDenied, StoreUnavailable, ZkMetadataStore
+from metadata.zk import PermissionDenied, StoreUnavailable, UnsafeAcl, ZkMetadataStore
 
 pytestmark = pytest.mark.zk
 
 AUTH = "affinity:s3cret"
+AFFINITY = str(Path(sys.executable).with_name("affinity"))
 
 
 def model(version: int) -> JobModel:
@@ -154,3 +161,106 @@ def test_tls_client_without_a_trusted_certificate_fails(
             keyfile=stranger.keyfile,
             connect_timeout_s=2.0,
         )
+
+
+# ---------------------------------------------------------------- a squatted job folder
+
+JOB_ACL = make_digest_acl("affinity", "s3cret", all=True)
+
+
+@pytest.mark.parametrize(
+    ("acl", "shown"),
+    [
+        (OPEN_ACL_UNSAFE, "world:anyone=cdrwa"),
+        (
+            [JOB_ACL, make_acl("world", "anyone", read=True, create=True)],
+            "digest:affinity=cdrwa, world:anyone=cr",
+        ),
+        ([make_acl("world", "anyone", read=True, delete=True)], "world:anyone=dr"),
+    ],
+    ids=["open", "ours-and-world-create", "world-delete"],
+)
+def test_a_protected_job_refuses_a_folder_others_can_change(
+    zk_server: ZooKeeperServer,
+    zk_connect: Callable[..., KazooClient],
+    zk_job_folder: str,
+    acl: list[ACL],
+    shown: str,
+) -> None:
+    folder = f"{zk_job_folder}/clicks-1"
+    squatter = zk_connect(zk_server.hosts)  # anonymous, before the job ever started
+    squatter.ensure_path(zk_job_folder)
+    squatter.create(folder, b"", acl=acl)
+    store = ZkMetadataStore(
+        zk_connect(zk_server.hosts, auth=AUTH), folder, run_id="run-1", auth=AUTH
+    )
+    with pytest.raises(UnsafeAcl) as error:
+        store.ensure_layout()
+    assert error.value.path == folder
+    assert f"ACL found: {shown}" in error.value.problem
+    assert "s3cret" not in str(error.value)
+    assert squatter.get_children(folder) == []  # nothing written in it
+
+
+def test_a_squatted_node_inside_the_folder_is_refused_too(
+    zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient], zk_job_folder: str
+) -> None:
+    folder = f"{zk_job_folder}/clicks-1"
+    squatter = zk_connect(zk_server.hosts)
+    squatter.create(f"{folder}/jobModelVersion", b"", makepath=True)
+    squatter.set_acls(folder, [JOB_ACL])  # the folder looks right, its child does not
+    store = ZkMetadataStore(
+        zk_connect(zk_server.hosts, auth=AUTH), folder, run_id="run-1", auth=AUTH
+    )
+    with pytest.raises(UnsafeAcl) as error:
+        store.ensure_layout()
+    assert error.value.path == f"{folder}/jobModelVersion"
+
+
+def test_a_folder_others_may_only_read_and_an_open_root_are_accepted(
+    zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient], zk_job_folder: str
+) -> None:
+    folder = f"{zk_job_folder}/clicks-1"
+    anonymous = zk_connect(zk_server.hosts)
+    anonymous.ensure_path(zk_job_folder)  # an open root (world: all), as an open job leaves it
+    owner = zk_connect(zk_server.hosts, auth=AUTH)
+    owner.create(folder, b"", acl=[JOB_ACL, make_acl("world", "anyone", read=True)])
+    store = ZkMetadataStore(owner, folder, run_id="run-1", auth=AUTH)
+    with structlog.testing.capture_logs() as logs:
+        store.ensure_layout()
+        store.ensure_layout()  # and again, on a folder the job made itself
+    assert store.job_models.latest_version() is None
+    opened = [e for e in logs if e["event"] == "zk.ancestor_acl_open"]
+    assert opened and opened[0]["path"] == zk_job_folder
+
+
+def test_processor_and_coordinator_exit_1_naming_the_squatted_folder(
+    zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient], tmp_path: Path
+) -> None:
+    root = f"/squat-{uuid.uuid4().hex[:8]}"
+    zk_connect(zk_server.hosts).create(f"{root}/clicks-1", b"", makepath=True)
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        "job: {name: clicks, id: '1', run_id: r1}\n"
+        f"zookeeper: {{connect: '{zk_server.hosts}', root: {root}}}\n"
+        "inputs: [{system: kafka, stream: events, partitions: 2}]\n"
+        "coordinator: {http_port: 0}\n"
+    )
+    env = {**os.environ, "AFFINITY_ZK_AUTH": AUTH}
+    commands = [
+        ["processor", "run", "--processor-id", "p-1", "--location", "h1"],
+        ["coordinator", "run"],
+    ]
+    for command in commands:
+        result = subprocess.run(
+            [AFFINITY, *command, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        errors = [line for line in result.stderr.splitlines() if line.startswith("affinity:")]
+        assert result.returncode == 1, result.stderr
+        assert errors == [errors[0]] and f"{root}/clicks-1" in errors[0]
+        assert "world:anyone=cdrwa" in errors[0] and "s3cret" not in result.stderr

@@ -10,6 +10,9 @@ returns. After every step it checks the member's side of the invariants:
   takes from it; an early join happens only when the version keeps every task it runs.
 - I4: locality is written after DONE, for the member's own tasks of that version.
 - Session loss and shutdown stop every task; shutdown unregisters a registered member.
+- One processor id, one processor (I3): while an older live registration holds the member's id
+  it follows nothing, joins no barrier and starts no task; it gives up (unregisters, REFUSED, for
+  good) only after ``patience`` looks that all found the older one.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from coordinator.protocol.member import TRANSITIONS, MemberMachine
 from coordinator.protocol.member_events import (
     BarrierDecided,
+    CheckRegistration,
     Connected,
     ContainerRead,
     FetchLatestVersion,
@@ -37,6 +41,7 @@ from coordinator.protocol.member_events import (
     ReadManifest,
     Register,
     Registered,
+    RegistrationRefused,
     ResyncDue,
     ScheduleResync,
     SessionLost,
@@ -98,6 +103,10 @@ class MemberHarness(RuleBasedStateMachine):
         self.watched: set[int] = set()
         self.events: deque[MemberEvent] = deque()
         self.written: list[tuple[int, tuple[str, ...]]] = []
+        self.older: str | None = None  # an older live registration with the member's id
+        self.answered_duplicate = False  # the last registration answer named an older one
+        self.looks_at_older = 0  # answers in a row that named an older registration
+        self.refused = False
 
     # ---------------------------------------------------------------- the adapter's part
 
@@ -126,8 +135,20 @@ class MemberHarness(RuleBasedStateMachine):
                 if not self.fail_next:
                     self.events.append(StoreFailed("not connected"))
                 return
+            assert not self.refused  # refused for good: never registers again
             self.registered = True
-            self.events.append(Registered("/processors/processor-1"))
+            self.looks_at_older = 0
+            self.answer_registration()
+        elif isinstance(action, CheckRegistration):
+            assert self.registered and self.machine.state == MemberState.DUPLICATE
+            if not self.failing():
+                self.answer_registration()
+        elif isinstance(action, RegistrationRefused):
+            # Only after `patience` more looks, all finding the older registration live.
+            assert action.duplicate_of == self.older == "/processors/processor-0"
+            assert self.looks_at_older == self.machine.patience + 1
+            assert not self.registered and not self.running
+            self.refused = True
         elif isinstance(action, Unregister):
             assert self.registered
             self.registered = False
@@ -174,7 +195,14 @@ class MemberHarness(RuleBasedStateMachine):
         elif isinstance(action, ScheduleResync):
             self.resync_pending = True
 
+    def answer_registration(self) -> None:
+        self.answered_duplicate = self.older is not None
+        self.looks_at_older = self.looks_at_older + 1 if self.older else 0
+        self.events.append(Registered("/processors/processor-1", duplicate_of=self.older))
+
     def check_join(self, action: JoinBarrier) -> None:
+        # I3: a member whose id an older registration holds never joins a barrier.
+        assert not self.refused and not self.answered_duplicate
         model = self.world.models[action.version]
         mine = model.containers[ME].tasks if ME in model.containers else None
         if action.early:
@@ -187,6 +215,7 @@ class MemberHarness(RuleBasedStateMachine):
             assert all(mine.get(n) == t for n, t in self.running.items())
 
     def check_start(self, action: StartTasks) -> None:
+        assert not self.refused and not self.answered_duplicate
         # I3: start only on DONE, and only the tasks the version gives this member.
         assert self.world.barriers.get(action.version) == BarrierState.DONE
         mine = self.world.models[action.version].containers[ME].tasks
@@ -198,9 +227,16 @@ class MemberHarness(RuleBasedStateMachine):
 
     # ---------------------------------------------------------------- rules
 
-    @initialize()
-    def start(self) -> None:
+    @initialize(patience=st.integers(0, 2), older=st.booleans())
+    def start(self, patience: int, older: bool) -> None:
+        self.machine = MemberMachine(ME, patience=patience)
+        self.older = "/processors/processor-0" if older else None
         self.feed(Connected())
+
+    @rule(present=st.booleans())
+    def older_registration(self, present: bool) -> None:
+        """An older registration with the member's id appears (or expires)."""
+        self.older = "/processors/processor-0" if present else None
 
     @rule(
         names=st.lists(st.sampled_from([t.name for t in POOL]), unique=True, max_size=4),
@@ -292,6 +328,13 @@ class MemberHarness(RuleBasedStateMachine):
         assert not self.registered or not registered
 
     # ---------------------------------------------------------------- invariants
+
+    @invariant()
+    def a_duplicate_runs_nothing(self) -> None:
+        if self.machine.state in (MemberState.DUPLICATE, MemberState.REFUSED):
+            assert not self.running and self.machine.target_version is None
+        if self.refused:
+            assert self.machine.state in (MemberState.REFUSED, MemberState.CLOSED)
 
     @invariant()
     def runs_one_done_version(self) -> None:
@@ -394,6 +437,33 @@ def test_shutdown_stops_and_unregisters() -> None:
         Unregister(),
     ]
     assert machine.handle(VersionAnnounced(9)) == []  # closed: nothing more
+
+
+def test_a_duplicate_waits_its_patience_then_gives_up_for_good() -> None:
+    machine = MemberMachine(ME, patience=2)
+    older = "/processors/processor-0"
+    assert machine.handle(Connected()) == [Register()]
+    assert machine.handle(Registered("n", older)) == [ScheduleResync(1.0)]
+    assert machine.state == MemberState.DUPLICATE
+    assert machine.handle(VersionAnnounced(3)) == []  # follows nothing meanwhile
+    assert _run(machine, ResyncDue()) == [CheckRegistration()]
+    assert machine.handle(Registered("n", older)) == [ScheduleResync(1.0)]
+    _run(machine, ResyncDue())
+    assert machine.handle(Registered("n", older)) == [
+        Unregister(),
+        RegistrationRefused("n", older),
+    ]
+    assert machine.state == MemberState.REFUSED
+    assert _run(machine, SessionLost(), Connected(), VersionAnnounced(4)) == []
+    assert machine.handle(Shutdown()) == []  # already unregistered
+    assert machine.state == MemberState.CLOSED
+
+
+def test_a_restarted_processor_gets_in_once_its_old_registration_expires() -> None:
+    machine = MemberMachine(ME, patience=5)
+    _run(machine, Connected(), Registered("n", "/processors/processor-0"), ResyncDue())
+    assert machine.handle(Registered("n")) == [WatchVersions()]
+    assert machine.state == MemberState.FOLLOWING
 
 
 @pytest.mark.parametrize("state", list(MemberState))

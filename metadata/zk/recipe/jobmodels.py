@@ -40,9 +40,7 @@ from metadata.zk.chunks import (
     Manifest,
     container_views,
     decode_document,
-    decode_view,
     split_blob,
-    view_index,
 )
 from metadata.zk.errors import FencedOut, NotFound, TransactionRejected, WriteConflict, ZkStoreError
 from metadata.zk.fenced import Fence, PartWriter
@@ -50,6 +48,7 @@ from metadata.zk.layout import JobLayout, parse_int_name
 from metadata.zk.ops import Op, ZkOps
 from metadata.zk.recipe.barriers import Barriers
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
+from metadata.zk.recipe.views import read_container
 from metadata.zk.watch import Watch
 
 __all__ = ["LOSING_LIMIT", "JobModelStore"]
@@ -327,20 +326,17 @@ class JobModelStore:
     ) -> ContainerModel | None:
         """``processor_id``'s container in job model ``version`` (None: the model has none), read
         from its container view: the manifest (unless given) and one small node. A model
-        published without views is read whole. NotFound if the version is not committed;
-        CorruptDataError if the view does not match the manifest."""
-        path = self._layout.job_model(version)
+        published without views, or whose view is missing or corrupt (logged with its node:
+        :mod:`~metadata.zk.recipe.views`), is read whole. NotFound if the version is not
+        committed; CorruptDataError if the whole model is unreadable too."""
         if manifest is None:
             manifest = self.read_manifest(version)
         elif manifest.version != version:
             raise ValueError(f"the manifest given is of version {manifest.version}, not {version}")
-        if not manifest.views:
-            return self.read_document(version).model.containers.get(processor_id)
-        ref = manifest.views[view_index(processor_id, len(manifest.views))]
-        view_path = f"{path}/{ref.name}"
-        view = self._ops.get(view_path, f"read container view of job model {version}")
-        data = None if view is None else view[0]
-        return decode_view(ref, data, processor_id, path=view_path, version=version)
+        path = self._layout.job_model(version)
+        return read_container(
+            self._ops, path, manifest, processor_id, lambda: self.read_document(version).model
+        )
 
     # ---------------------------------------------------------------- retention
 

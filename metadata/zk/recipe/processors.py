@@ -4,7 +4,15 @@ Each node holds JSON ``{"processor_id", "location_id", "host", "registration_id"
 lives as long as the registering client's session. Two live registrations with one processor id
 (a restarted processor whose old session has not expired yet, or a misconfiguration) are both
 reported by :meth:`ProcessorRegistry.read`: the older one (lower sequence) wins, the newer ones
-are returned as duplicates.
+are returned as duplicates. A member looks for an older one right after registering
+(:meth:`ProcessorRegistry.older_than`) and, if one stays, gives its registration up (the rule is
+the member machine's, :mod:`coordinator.protocol.member`).
+
+Any client that may register can write a node there, so a registration that is not one
+(``b'{not json'``, JSON without ``location_id``, a node name without a sequence) must not stop
+the job: :meth:`ProcessorRegistry.read` skips it, logs it once with its node
+(``zk.bad_registration_skipped``) and lists it in :attr:`ProcessorRegistry.skipped` (the skipped
+nodes of the last read: a gauge for the coordinator's metrics).
 
 A registration whose answer was lost to a connection drop is looked up by its
 ``registration_id`` before trying again, so a retry never registers a processor twice.
@@ -15,7 +23,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -34,7 +42,8 @@ _RESERVED = frozenset({"processor_id", "location_id", "host", "registration_id"}
 
 @dataclass(frozen=True, slots=True)
 class ProcessorRegistration:
-    """One live processor registration (``node`` is its path, ``sequence`` its sequence number)."""
+    """One live processor registration (``node`` is its path, ``sequence`` its sequence number,
+    ``owner`` the ZooKeeper session that holds it)."""
 
     processor_id: str
     location_id: str
@@ -42,6 +51,7 @@ class ProcessorRegistration:
     node: str
     sequence: int
     data: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    owner: int = field(default=0, compare=False)
 
 
 class ProcessorRegistry:
@@ -52,6 +62,7 @@ class ProcessorRegistry:
         node = store.processors.register("p-1", "zone-a/node-1", host="node-1")
         live, duplicates = store.processors.read()
         store.processors.locality()                  # {"p-1": "zone-a/node-1", ...}
+        store.processors.skipped                     # malformed nodes the last read skipped
         watch = store.processors.watch(lambda children: print(children))
         store.processors.unregister(node)
 
@@ -60,6 +71,8 @@ class ProcessorRegistry:
     def __init__(self, ops: ZkOps, layout: JobLayout) -> None:
         self._ops = ops
         self._layout = layout
+        #: The malformed registrations (node paths) the last read skipped.
+        self.skipped: tuple[str, ...] = ()
 
     def register(self, processor_id: str, location_id: str, host: str = "", **extra: Any) -> str:
         """Register a processor for the life of this client's session; returns the node path."""
@@ -118,16 +131,7 @@ class ProcessorRegistry:
 
     def read(self) -> tuple[list[ProcessorRegistration], list[ProcessorRegistration]]:
         """(live registrations, one per processor id, sorted by sequence; losing duplicates)."""
-        names = self._ops.children(self._layout.processors, "list processors") or []
-        paths = [f"{self._layout.processors}/{name}" for name in names]
-        found = self._ops.get_many(paths, "read processors", self._layout.processors)
-        registrations = []
-        for name, path in zip(names, paths, strict=True):
-            entry = found.get(path)
-            if entry is None:
-                continue  # expired between listing and reading
-            registrations.append(self._decode(name, path, entry[0]))
-        registrations.sort(key=lambda r: r.sequence)
+        registrations = self._read_all()
         winners: dict[str, ProcessorRegistration] = {}
         duplicates = []
         for registration in registrations:
@@ -141,6 +145,43 @@ class ProcessorRegistry:
                 duplicates=[(d.processor_id, d.node) for d in duplicates],
             )
         return list(winners.values()), duplicates
+
+    def older_than(self, node: str, processor_id: str) -> ProcessorRegistration | None:
+        """The oldest live registration of ``processor_id`` older than ``node`` (a lower
+        sequence) held by another session than this client's, or None."""
+        sequence = processor_sequence(node.rsplit("/", 1)[-1])
+        session = self._ops.client.client_id
+        own = session[0] if session else None
+        for registration in self._read_all():
+            if sequence is not None and registration.sequence >= sequence:
+                break
+            if registration.processor_id == processor_id and registration.owner != own:
+                return registration
+        return None
+
+    def _read_all(self) -> list[ProcessorRegistration]:
+        """Every live registration, sorted by sequence."""
+        names = self._ops.children(self._layout.processors, "list processors") or []
+        paths = [f"{self._layout.processors}/{name}" for name in names]
+        found = self._ops.get_many(paths, "read processors", self._layout.processors)
+        registrations, skipped = [], []
+        for name, path in zip(names, paths, strict=True):
+            entry = found.get(path)
+            if entry is None:
+                continue  # expired between listing and reading
+            try:
+                registration = self._decode(name, path, entry[0])
+            except CorruptDataError as exc:
+                skipped.append(path)
+                if path not in self.skipped:  # logged once, not at every read
+                    self._ops.log.error(
+                        "zk.bad_registration_skipped", node=path, problem=exc.problem
+                    )
+                continue
+            registrations.append(replace(registration, owner=entry[1].ephemeralOwner))
+        self.skipped = tuple(sorted(skipped))
+        registrations.sort(key=lambda r: r.sequence)
+        return registrations
 
     def locality(self) -> dict[str, str]:
         """Live processor id -> location id."""
