@@ -294,18 +294,8 @@ def join_blob(manifest: Manifest, chunks: Mapping[str, bytes | None], *, path: s
     parts = []
     total = len(manifest.chunks)
     for index, ref in enumerate(manifest.chunks):
-        chunk_path = f"{path}/{ref.name}"
-        data = chunks.get(ref.name)
-        if data is None:
-            raise CorruptDataError(chunk_path, f"missing chunk {index + 1} of {total}")
-        if len(data) != ref.size or zlib.crc32(data) != ref.crc32:
-            raise CorruptDataError(
-                chunk_path,
-                f"checksum mismatch in chunk {index + 1} of {total} "
-                f"(size {len(data)}, crc32 {zlib.crc32(data)}; manifest says size {ref.size}, "
-                f"crc32 {ref.crc32})",
-            )
-        parts.append(data)
+        what = f"chunk {index + 1} of {total}"
+        parts.append(check_chunk(ref, chunks.get(ref.name), path=f"{path}/{ref.name}", what=what))
     compressed = b"".join(parts)
     if (
         len(compressed) != manifest.size
