@@ -10,7 +10,18 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.leader.rebalances import RebalanceRecorder
+from coordinator.protocol.leader_events import MarkBarrier, PublishJobModel
+from coordinator.protocol.leader_trigger import RebalanceCause, Trigger
 from metadata.errors import CorruptDataError
+from metadata.model import (
+    BarrierState,
+    ContainerModel,
+    FrozenMap,
+    JobModel,
+    SystemStreamPartition,
+    TaskModel,
+)
 from metadata.zk import FencedOut, ZkMetadataStore
 from metadata.zk.recipe.history import RebalanceEntry
 
@@ -104,3 +115,71 @@ def test_readers_accept_unknown_fields_and_name_a_corrupt_entry(
 def test_bad_bound_is_refused(zk_store: ZkMetadataStore) -> None:
     with pytest.raises(ValueError, match="keep"):
         zk_store.history.record(entry(1), epoch=zk_store.epochs.acquire(), keep=0)
+
+
+# ------------------------------------------------------------------ the leader's recorder
+
+
+class Log:
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, dict[str, object]]] = []
+
+    def warning(self, event: str, **kw: object) -> None:
+        self.warnings.append((event, kw))
+
+
+def published(version: int) -> PublishJobModel:
+    tasks = {
+        f"Partition {i}": TaskModel(
+            f"Partition {i}", frozenset({SystemStreamPartition("k", "e", i)})
+        )
+        for i in range(4)
+    }
+    model = JobModel(version, FrozenMap({"p-1": ContainerModel("p-1", "zone-a/h1", tasks)}))
+    cause = RebalanceCause(Trigger.PROCESSORS_NEW, started=10.0, debounce_s=2.5, grouper_s=0.125)
+    return PublishJobModel(
+        model, frozenset({"p-1"}), base=None, losing=frozenset(), moved=3, locality_kept=1,
+        with_locality=2, cause=cause,
+    )  # fmt: skip
+
+
+def test_the_recorder_writes_what_the_machine_and_the_adapter_measured(
+    zk_store: ZkMetadataStore,
+) -> None:
+    epoch = zk_store.epochs.acquire()
+    clock = iter([100.0, 101.5, 200.0])
+    recorder = RebalanceRecorder(zk_store.history, keep=3, leader="r-1", wall=lambda: next(clock))
+    recorder.published(published(5), publish_s=0.04)
+    recorder.decided(MarkBarrier(5, BarrierState.DONE, 1.25), epoch=epoch, log=Log())
+    # A version a previous leader published, decided by this one.
+    recorder.decided(MarkBarrier(6, BarrierState.TIMED_OUT, 30.0), epoch=epoch, log=Log())
+
+    mine, inherited = zk_store.history.read()
+    assert (mine.version, mine.outcome, mine.trigger) == (5, "DONE", "processors new")
+    assert (mine.published_at, mine.decided_at) == (100.0, 101.5)
+    assert (mine.processors, mine.tasks, mine.moved, mine.kept_local) == (1, 4, 3, 1)
+    assert mine.phases == {"debounce": 2.5, "grouper": 0.125, "publish": 0.04, "barrier": 1.25}
+    assert (mine.leader, mine.epoch) == ("r-1", epoch.epoch)
+    assert (inherited.trigger, inherited.outcome, inherited.published_at) == (
+        "inherited",
+        "TIMED_OUT",
+        170.0,
+    )
+    assert inherited.phases == {"debounce": None, "grouper": None, "publish": None, "barrier": 30.0}
+
+
+def test_the_recorder_steps_down_when_fenced_and_logs_other_failures(
+    zk_store: ZkMetadataStore, second_store: ZkMetadataStore
+) -> None:
+    old = zk_store.epochs.acquire()
+    recorder = RebalanceRecorder(zk_store.history, keep=3, leader="r-1")
+    zk_store.client.delete(zk_store.history.path)  # a store error of another kind
+    log = Log()
+    recorder.decided(MarkBarrier(1, BarrierState.DONE, 0.5), epoch=old, log=log)
+    assert [event for event, _ in log.warnings] == ["coordinator.history_failed"]
+
+    zk_store.ensure_layout()
+    second_store.epochs.acquire()
+    with pytest.raises(FencedOut):
+        recorder.decided(MarkBarrier(2, BarrierState.DONE, 0.5), epoch=old, log=Log())
+    assert zk_store.history.versions() == []
