@@ -8,9 +8,9 @@ PY     := $(VENV)/bin/python
 PKGS   := coordinator groupers metadata locality
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: test demo lint typecheck unit venv zookeeper helm bench clean
+.PHONY: test demo lint typecheck unit venv zookeeper helm chromium promtool bench clean
 
-test: venv zookeeper helm lint typecheck
+test: venv zookeeper helm chromium promtool lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
 
 demo: venv zookeeper
@@ -33,6 +33,24 @@ zookeeper:
 	    || { echo "error: could not install Debian's zookeeper package; install it by hand (apt-get install zookeeper)" >&2; exit 1; }; \
 	fi
 	@test -f $(ZK_JAR) || { echo "error: $(ZK_JAR) still missing after install" >&2; exit 1; }
+
+# Debian packages some tests drive: chromium (the status page test) and promtool (the chart's
+# PrometheusRule, from the prometheus package). Installed when missing, as zookeeper above.
+define apt_install
+	@if ! command -v $(1) >/dev/null 2>&1; then \
+	  echo "installing Debian's $(2) package (needed by the $(3))"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "error: $(1) is missing and installing it needs root (apt-get install $(2))" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $(2) >/dev/null \
+	    || { echo "error: could not install Debian's $(2) package; install it by hand (apt-get install $(2))" >&2; exit 1; }; \
+	fi
+	@command -v $(1) >/dev/null || { echo "error: $(1) still missing after install" >&2; exit 1; }
+endef
+
+chromium:
+	$(call apt_install,chromium,chromium,status page test)
+
+promtool:
+	$(call apt_install,promtool,prometheus,chart's alert rules test)
 
 helm: venv
 	PYTHON=$(PY) scripts/install-helm.sh

@@ -110,6 +110,8 @@ class CoordinatorSection(_Section):
     # How long a vanished processor's tasks wait for it (or a new processor at its location).
     processor_grace_ms: int = Field(default=0, ge=0)
     retention: int = Field(default=10, ge=1)
+    # Rebalances kept in the job's history (history/ in ZooKeeper; affinity status, /status).
+    history: int = Field(default=50, ge=1, le=1000)
     http_host: str = "0.0.0.0"
     http_port: int = Field(default=8080, ge=0, le=65535)
 

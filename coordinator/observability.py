@@ -14,7 +14,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -124,6 +124,7 @@ class HealthServer:
         registry: CollectorRegistry,
         alive: Callable[[], bool],
         ready: Callable[[], bool],
+        routes: Mapping[str, Callable[[], tuple[int, bytes, str]]] | None = None,
     ) -> None:
         server_self = self
 
@@ -138,6 +139,8 @@ class HealthServer:
                 elif path == "/readyz":
                     ok = server_self.ready()
                     self._reply(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+                elif path in server_self.routes:  # more read-only pages, e.g. /status
+                    self._reply(*server_self.routes[path]())
                 else:
                     self._reply(404, b"not found\n")
 
@@ -154,6 +157,7 @@ class HealthServer:
         self.registry = registry
         self.alive = alive
         self.ready = ready
+        self.routes = dict(routes or {})
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(

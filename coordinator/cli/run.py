@@ -24,6 +24,7 @@ from coordinator.config import load_config
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.processor import ProcessorClient
 from coordinator.observability import CoordinatorMetrics, HealthServer, configure_logging
+from coordinator.status.page import status_routes
 from locality.providers import get_location_provider
 from metadata.model import TaskModel
 
@@ -45,6 +46,7 @@ def run_coordinator(args: argparse.Namespace) -> int:
             registry=metrics.registry,
             alive=service.heartbeat.alive,
             ready=service.ready,
+            routes=status_routes(store, config, service),
         ).start()
         log.info("coordinator.started", http_port=health.port, job=config.job_folder)
         try:

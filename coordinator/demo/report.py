@@ -1,13 +1,18 @@
-"""What ``affinity demo`` shows: figures per batch, the totals, the table, the plot and the
-progress line."""
+"""What ``affinity demo`` shows: figures per batch, the totals, the tables and the progress bar
+(rich), and the plot."""
 
 from __future__ import annotations
 
 import importlib
-import sys
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+from rich.table import Table
 
 __all__ = ["BatchFigures", "DemoResult", "Progress", "plot", "table"]
 
@@ -72,36 +77,44 @@ class DemoResult:
 
 
 class Progress:
-    """A one-line text progress bar on stderr."""
+    """The demo's progress on stderr: a rich progress bar (batches done of ``total``) with the
+    current step in a terminal, one line per message otherwise (logs, CI)."""
 
-    def __init__(self, total: int, width: int = 30) -> None:
+    def __init__(self, total: int, console: Console | None = None) -> None:
         self.total = total
-        self.width = width
         self.done = 0
-        self.tty = sys.stderr.isatty()
+        self.console = console or Console(stderr=True, highlight=False)
+        self._bar: RichProgress | None = None
+        self._task: TaskID | None = None
+        if self.console.is_terminal:
+            self._bar = RichProgress(
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                console=self.console,
+                transient=False,
+            )
+            self._task = self._bar.add_task("", total=total)
+            self._bar.start()
 
     def note(self, message: str) -> None:
-        self._write(f"{self._bar()} {message}")
+        self._show(message)
 
     def step(self, message: str) -> None:
         self.done += 1
-        self._write(f"{self._bar()} {message}")
+        self._show(message, advance=1)
 
-    def _bar(self) -> str:
-        filled = self.width * self.done // max(1, self.total)
-        return f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total}"
-
-    def _write(self, line: str) -> None:
-        if self.tty:
-            sys.stderr.write("\r\033[K" + line)
+    def _show(self, message: str, advance: int = 0) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, description=message, advance=advance)
         else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+            self.console.print(f"[{self.done}/{self.total}] {message}", markup=False)
 
     def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 def percent(value: float | None) -> str:
@@ -112,32 +125,47 @@ def warm_cold(totals: dict[str, Any]) -> str:
     return f"{totals['warm']}/{totals['cold']}"
 
 
-def table(result: DemoResult) -> str:
+def _batches(result: DemoResult) -> Table:
+    batches = Table(title="per batch", title_justify="left")
+    for column in ("batch", "phase", "affinity warm", "restored B", "default warm", "restored B"):
+        batches.add_column(column, justify="left" if column == "phase" else "right")
+    for fa, fd in zip(result.batches["affinity"], result.batches["spark default"], strict=True):
+        batches.add_row(
+            str(fa.batch),
+            fa.label,
+            percent(fa.warm_ratio),
+            f"{fa.bytes_restored:,}",
+            percent(fd.warm_ratio),
+            f"{fd.bytes_restored:,}",
+        )
+    return batches
+
+
+def _totals(result: DemoResult) -> Table:
     figures = result.figures()
     a, d = result.totals("affinity"), result.totals("spark default")
-    lines = [
-        f"{'batch':<7}{'phase':<12}{'affinity warm':>15}{'restored B':>12}"
-        f"{'default warm':>15}{'restored B':>12}",
-    ]
-    for fa, fd in zip(result.batches["affinity"], result.batches["spark default"], strict=True):
-        lines.append(
-            f"{fa.batch:<7}{fa.label:<12}{percent(fa.warm_ratio):>15}{fa.bytes_restored:>12,}"
-            f"{percent(fd.warm_ratio):>15}{fd.bytes_restored:>12,}"
-        )
-    lines += [
-        "",
-        f"{'':<28}{'affinity':>14}{'spark default':>16}",
-        f"{'job-model versions':<28}{len(result.versions):>14}{'-':>16}",
-        f"{'tasks moved':<28}{result.tasks_moved:>14}{'-':>16}",
-        f"{'warm ratio':<28}{percent(a['warm_ratio']):>14}{percent(d['warm_ratio']):>16}",
-        f"{'warm / cold task runs':<28}{warm_cold(a):>14}{warm_cold(d):>16}",
-        f"{'bytes restored':<28}{a['bytes_restored']:>14,}{d['bytes_restored']:>16,}",
-        f"{'output == reference':<28}{'yes' if figures['output_correct'] else 'NO':>14}"
-        f"{'yes' if figures['output_correct'] else 'NO':>16}",
-        "",
-        f"versions in force: {result.versions}; whole run {result.seconds:.0f} s",
-    ]
-    return "\n".join(lines)
+    correct = "yes" if figures["output_correct"] else "NO"
+    totals = Table(title="whole run", title_justify="left")
+    totals.add_column("")
+    totals.add_column("affinity", justify="right")
+    totals.add_column("spark default", justify="right")
+    totals.add_row("job-model versions", str(len(result.versions)), "-")
+    totals.add_row("tasks moved", str(result.tasks_moved), "-")
+    totals.add_row("warm ratio", percent(a["warm_ratio"]), percent(d["warm_ratio"]))
+    totals.add_row("warm / cold task runs", warm_cold(a), warm_cold(d))
+    totals.add_row("bytes restored", f"{a['bytes_restored']:,}", f"{d['bytes_restored']:,}")
+    totals.add_row("output == reference", correct, correct)
+    return totals
+
+
+def table(result: DemoResult) -> str:
+    """The per-batch and whole-run tables (rich), as text."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=100, color_system=None, highlight=False)
+    console.print(_batches(result))
+    console.print(_totals(result))
+    console.print(f"versions in force: {result.versions}; whole run {result.seconds:.0f} s")
+    return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines())
 
 
 def plot(result: DemoResult, path: Path) -> None:

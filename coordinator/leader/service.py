@@ -32,6 +32,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
 from coordinator.config import JobConfig
+from coordinator.leader.rebalances import RebalanceRecorder
 from coordinator.observability import CoordinatorMetrics, Heartbeat
 from coordinator.protocol.leader import LeaderMachine
 from coordinator.protocol.leader_events import (
@@ -132,6 +133,9 @@ class CoordinatorService:
         self._election: Any = None
         self._stop = threading.Event()
         self._watches: list[Any] = []
+        self.rebalances = RebalanceRecorder(
+            store.history, keep=config.coordinator.history, leader=self.identifier
+        )
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -301,6 +305,7 @@ class CoordinatorService:
                 outcome = "done" if action.state == BarrierState.DONE else "timed_out"
                 self.metrics.barrier_outcomes.labels(outcome=outcome).inc()
                 self.metrics.rebalance_duration.observe(action.duration_s)
+                self.rebalances.decided(action, epoch=self._epoch, log=log)
                 log.info(
                     "coordinator.barrier",
                     version=action.version,
@@ -350,6 +355,7 @@ class CoordinatorService:
 
     def _publish(self, action: PublishJobModel, log: Any) -> None:
         version = action.model.version
+        started = time.perf_counter()
         self.store.job_models.publish(
             action.model,
             epoch=self._epoch,
@@ -359,6 +365,7 @@ class CoordinatorService:
             base=action.base,  # who loses a task against it: the others may join at once
             losing=action.losing,
         )
+        self.rebalances.published(action, time.perf_counter() - started)
         self._watch_barrier(version)
         self.metrics.rebalances.inc()
         self.metrics.tasks_moved.inc(action.moved)

@@ -80,6 +80,7 @@ from coordinator.protocol.leader_events import (
     ScheduleWakeup,
     TimePassed,
 )
+from coordinator.protocol.leader_trigger import RebalanceCause, rebalance_cause
 from coordinator.protocol.rules import losing_processors, retention_floor
 from groupers import GrouperMetadata, InvalidAssignment, validate
 from groupers.measures import tasks_kept_local, tasks_moved, tasks_with_locality
@@ -146,6 +147,8 @@ class LeaderMachine:
     dirty_since: float | None = None
     last_change: float | None = None
     vanished: dict[str, _Vanished] = field(default_factory=dict)
+    retry: bool = False  # the last barrier timed out: the next grouper run is its retry
+    running_cause: RebalanceCause | None = None  # why the grouper in flight runs
 
     # ------------------------------------------------------------------------ entry point
 
@@ -197,6 +200,7 @@ class LeaderMachine:
         self.dirty_since = None
         self.last_change = None
         self.vanished.clear()
+        self.retry, self.running_cause = False, None
 
     def _gain(self, event: LeadershipGained) -> list[Action]:
         self._reset()
@@ -279,8 +283,8 @@ class LeaderMachine:
     def _grouper_finished(self, event: GrouperFinished) -> list[Action]:
         if event.request != self.running or self.running_metadata is None:
             return []  # an answer to a request this leadership did not make
-        metadata = self.running_metadata
-        self.running = self.running_metadata = None
+        metadata, cause = self.running_metadata, self.running_cause
+        self.running = self.running_metadata = self.running_cause = None
         if dict(metadata.processor_locality) != self.processors:
             # Membership changed while the grouper ran: its answer is stale, not wrong. The job
             # is dirty again, so the next tick generates from the current membership.
@@ -316,6 +320,7 @@ class LeaderMachine:
                 moved=tasks_moved(previous, owner),
                 locality_kept=tasks_kept_local(owner, self.processors, recorded),
                 with_locality=tasks_with_locality(owner, recorded),
+                cause=cause.answered(event.now) if cause else None,
             )
         ]
 
@@ -377,6 +382,7 @@ class LeaderMachine:
             ]
             settle = max(self.settings.debounce_s, self.settings.debounce_max_s)
             self.dirty_since = self.last_change = now - settle
+            self.retry = True
         if self.pending is not None:
             return [*actions, ScheduleWakeup(self.pending.deadline)]
         if self.running is not None:
@@ -392,8 +398,11 @@ class LeaderMachine:
         if not self.processors:
             self.dirty_since = self.last_change = None
             return [*actions, RebalanceSkipped("no live processor")]
+        cause = rebalance_cause(now, self, [v.since for v in self.vanished.values()])
         self.dirty_since = self.last_change = None
+        self.retry, self.running_cause = False, cause
         self.requests += 1
         self.running = self.requests
         self.running_metadata = self._metadata()
-        return [*actions, RunGrouper(self.running, self.tasks, self.running_metadata)]
+        request = RunGrouper(self.running, self.tasks, self.running_metadata, cause.trigger)
+        return [*actions, request]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from coordinator.protocol.leader_trigger import RebalanceCause, Trigger
 from groupers import GrouperMetadata
 from metadata.model import BarrierState, JobModel, TaskModel
 
@@ -122,6 +123,7 @@ class RunGrouper:
     request: int
     tasks: tuple[TaskModel, ...]
     metadata: GrouperMetadata
+    trigger: Trigger | None = None  # why it runs (coordinator.protocol.leader_trigger)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class PublishJobModel:
     moved: int  # tasks that changed processor against the model in force
     locality_kept: int  # tasks placed at the location they last ran at
     with_locality: int  # tasks that had a recorded location
+    cause: RebalanceCause | None = None  # why, and the phases before it (rebalance history)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@
       leader/election/                    election nodes (kazoo's Election recipe)
       checkpoints/<system>.<stream>.<partition>   JSON {"format", "factor", "offsets"}: the input
                                           offsets of that stream partition's key buckets
+      history/rebalance-<version>         JSON: one decided rebalance (the last N are kept)
 
 Checkpoint node names join the URL-encoded system and stream (dots encoded too, as ``%2E``) and
 the partition number with dots: ``kafka.events.3``, ``my%2Esystem.page%20views.0``.
@@ -192,6 +193,13 @@ class JobLayout:
     def checkpoint(self, system: str, stream: str, partition: int) -> str:
         return f"{self.checkpoints}/{checkpoint_name(system, stream, partition)}"
 
+    @property
+    def history(self) -> str:
+        return f"{self.folder}/history"
+
+    def history_entry(self, version: int) -> str:
+        return f"{self.history}/rebalance-{version}"
+
     def containers(self) -> tuple[str, ...]:
         """The persistent folders :meth:`ZkMetadataStore.ensure_layout` creates, parents first."""
         return (
@@ -202,4 +210,5 @@ class JobLayout:
             self.leader,
             self.election,
             self.checkpoints,
+            self.history,
         )

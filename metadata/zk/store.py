@@ -14,6 +14,8 @@ attribute                recipe                 ZooKeeper nodes, what it does
 ``store.barriers``       ``Barriers``           ``barriers/``: join, watch, decide
 ``store.epochs``         ``LeaderEpochs``       ``leader/epoch``: acquire, fence leader writes
 ``store.checkpoints``    ``CheckpointStore``    ``checkpoints/``: input offsets (SEP-32)
+``store.history``        ``RebalanceHistory``   ``history/``: the last N rebalances (leader,
+                                                fenced)
 =======================  =====================  ===========================================
 
 Every error is a :class:`~metadata.errors.MetadataError` (see :mod:`metadata.zk.errors` and
@@ -40,6 +42,7 @@ from metadata.zk.ops import SAFE_REQUEST_BYTES, ZkOps
 from metadata.zk.recipe.barriers import Barriers
 from metadata.zk.recipe.checkpoints import CheckpointStore
 from metadata.zk.recipe.epoch import LeaderEpochs
+from metadata.zk.recipe.history import RebalanceHistory
 from metadata.zk.recipe.jobmodels import JobModelStore
 from metadata.zk.recipe.locality import TaskLocalityStore
 from metadata.zk.recipe.processors import ProcessorRegistry
@@ -111,13 +114,13 @@ class ZkMetadataStore:
         store.barriers.join(model.version, "p-1")
 
     The recipes are the attributes ``processors``, ``locality``, ``job_models``, ``barriers``,
-    ``epochs`` and ``checkpoints`` (see the module docstring); besides them the store has
-    ``layout`` (every path), ``run_id``, ``client``, ``election_path`` (for kazoo's Election
-    recipe), the counters ``ops`` (write operations: creates, sets, deletes, inside transactions
-    too), ``reads`` and ``transactions``, and :meth:`ensure_layout`, :meth:`job_exists`,
-    :meth:`close`. The recipes' ``watch*`` methods return a :class:`~metadata.zk.watch.Watch`
-    whose ``stop()`` ends the callbacks; callbacks run on kazoo's event thread and must not
-    block for long.
+    ``epochs``, ``checkpoints`` and ``history`` (see the module docstring); besides them the
+    store has ``layout`` (every path), ``run_id``, ``client``, ``election_path`` (for kazoo's
+    Election recipe), the counters ``ops`` (write operations: creates, sets, deletes, inside
+    transactions too), ``reads`` and ``transactions``, and :meth:`ensure_layout`,
+    :meth:`job_exists`, :meth:`close`. The recipes' ``watch*`` methods return a
+    :class:`~metadata.zk.watch.Watch` whose ``stop()`` ends the callbacks; callbacks run on
+    kazoo's event thread and must not block for long.
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class ZkMetadataStore:
         self.locality = TaskLocalityStore(self._ops, self.layout, run_id)
         self.barriers = Barriers(self._ops, self.layout, self.epochs)
         self.checkpoints = CheckpointStore(self._ops, self.layout)
+        self.history = RebalanceHistory(self._ops, self.layout, self.epochs)
         self.job_models = JobModelStore(
             self._ops,
             self.layout,

@@ -1,0 +1,149 @@
+"""``affinity status``: a running job at a glance.
+
+::
+
+    affinity status --config job.yaml [--history N] [--json]
+
+Who leads (which replica), the version in force and the latest one, the barrier's state, the
+processors on their location tree (zone/rack/host) with their task counts, and the last
+rebalances (trigger, outcome, tasks moved and kept local, the time of each phase). A table in a
+terminal (rich); ``--json`` prints the status document of :mod:`coordinator.status.data`. Nothing
+is written. Exit codes: 0 shown; 2 bad input (unusable config, no such job); 1 ZooKeeper
+unreachable, access denied or corrupt data. Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from coordinator.cli.common import CommandError, job_store, quiet_logging
+from coordinator.config import load_config
+from coordinator.status import JobStatusReader
+
+__all__ = ["add_commands", "render", "show_status"]
+
+#: Reads give up after this long when ZooKeeper does not answer.
+READ_DEADLINE_S = 10.0
+PHASES = ("debounce", "grouper", "publish", "barrier")
+
+
+def add_commands(subparsers: Any) -> None:
+    status = subparsers.add_parser("status", help="a running job at a glance")
+    status.add_argument("--config", required=True, help="the job's YAML configuration")
+    status.add_argument(
+        "--history", type=int, default=10, metavar="N", help="rebalances shown (default 10)"
+    )
+    status.add_argument("--json", action="store_true", help="print the status document (JSON)")
+    status.set_defaults(handler=show_status)
+
+
+def show_status(args: argparse.Namespace) -> int:
+    quiet_logging()
+    if args.history < 0:
+        raise CommandError(f"--history must be >= 0, got {args.history}")
+    config = load_config(args.config)
+    with job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
+        if not store.job_exists():
+            raise CommandError(
+                f"no job {config.job.name}-{config.job.id} on ZooKeeper {config.zookeeper.connect} "
+                f"(no folder {config.job_folder})"
+            )
+        document = JobStatusReader(store, config, history=args.history).read()
+    if args.json:
+        print(json.dumps(document, sort_keys=True, ensure_ascii=False))
+        return 0
+    console = Console(width=None if sys.stdout.isatty() else 140, highlight=False)
+    for part in render(document):
+        console.print(part)
+    return 0
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def _summary(document: dict[str, Any]) -> str:
+    job, leader, version = document["job"], document["leader"], document["version"]
+    replicas = leader["replicas"]
+    lines = [
+        f"[bold]job {job['name']}-{job['id']}[/] at {job['folder']}, run {job['run_id']}",
+        f"leader: [bold]{leader['replica'] or 'none'}[/] "
+        f"({len(replicas)} replica{'s' if len(replicas) != 1 else ''} in the election)",
+        f"version in force: [bold]{version['in_force'] or '-'}[/] "
+        f"(latest {version['latest'] or '-'})",
+    ]
+    barrier = document["barrier"]
+    if barrier is not None:
+        waiting = sorted(set(barrier["expected"]) - set(barrier["joined"]))
+        line = (
+            f"barrier {barrier['version']}: [bold]{barrier['state']}[/], "
+            f"{len(set(barrier['joined']) & set(barrier['expected']))} of "
+            f"{len(barrier['expected'])} joined"
+        )
+        if barrier["state"] == "NEW" and waiting:
+            line += f", waiting for {', '.join(waiting)}"
+        lines.append(line)
+    processors = document["processors"]
+    live = sum(1 for p in processors if p["live"])
+    lines.append(f"{live} live processors, {document['tasks']} tasks")
+    return "\n".join(lines)
+
+
+def _tree(document: dict[str, Any]) -> Tree:
+    by_id = {p["id"]: p for p in document["processors"]}
+    tree = Tree("[bold]locations[/]")
+
+    def add(branch: Tree, node: dict[str, Any]) -> None:
+        for child in node["children"]:
+            sub = branch.add(f"{child['name']}  [dim]{child['tasks']} tasks[/]")
+            for pid in child["processors"]:
+                processor = by_id[pid]
+                gone = "" if processor["live"] else "  [red]gone[/]"
+                sub.add(f"[bold]{pid}[/]  {processor['tasks']} tasks{gone}")
+            add(sub, child)
+
+    add(tree, document["locations"])
+    return tree
+
+
+def _rebalances(document: dict[str, Any]) -> Table:
+    table = Table(title="last rebalances", title_justify="left")
+    for column in ("version", "decided", "trigger", "outcome", "moved", "kept local"):
+        table.add_column(column, justify="right" if column in ("version", "moved") else "left")
+    for phase in PHASES:
+        table.add_column(phase, justify="right")
+    for entry in reversed(document["rebalances"]):
+        decided = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["decided_at"]))
+        kept = f"{entry['kept_local']}/{entry['with_locality']}" if entry["with_locality"] else "-"
+        outcome = entry["outcome"] if entry["outcome"] == "DONE" else f"[red]{entry['outcome']}[/]"
+        table.add_row(
+            str(entry["version"]),
+            decided,
+            entry["trigger"],
+            outcome,
+            str(entry["moved"]),
+            kept,
+            *(_seconds(entry["phases"].get(p)) for p in PHASES),
+        )
+    return table
+
+
+def render(document: dict[str, Any]) -> list[Any]:
+    """The rich renderables of a status document: the summary, the location tree, the table."""
+    parts: list[Any] = [_summary(document), _tree(document)]
+    if document["rebalances"]:
+        parts.append(_rebalances(document))
+    return parts

@@ -1,0 +1,58 @@
+"""The demo's report: the tables and the progress bar (rich)."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from coordinator.demo.report import BatchFigures, DemoResult, Progress, table
+
+
+def result() -> DemoResult:
+    demo = DemoResult(versions=[1, 2], tasks_moved=3, output_correct=True, seconds=42)
+    demo.batches["affinity"] += [
+        BatchFigures(1, "steady", 8, 0, 0),
+        BatchFigures(2, "after kill", 6, 2, 12_345),
+    ]
+    demo.batches["spark default"] += [
+        BatchFigures(1, "steady", 2, 6, 50_000),
+        BatchFigures(2, "after kill", 1, 7, 61_000),
+    ]
+    return demo
+
+
+def test_table_shows_every_batch_and_the_totals() -> None:
+    text = table(result())
+    lines = text.splitlines()
+    row = next(line for line in lines if "after kill" in line)
+    assert "75%" in row and "12,345" in row and "12%" in row and "61,000" in row
+    assert any("warm ratio" in line and "88%" in line and "19%" in line for line in lines)
+    assert any("tasks moved" in line and "3" in line for line in lines)
+    assert any("output == reference" in line and "yes" in line for line in lines)
+    assert lines[-1] == "versions in force: [1, 2]; whole run 42 s"
+    assert "\x1b[" not in text  # plain text: it may go to a file or a pipe
+
+
+def test_progress_writes_one_line_per_message_when_not_a_terminal() -> None:
+    out = io.StringIO()
+    progress = Progress(2, console=Console(file=out, width=100))
+    progress.note("starting ZooKeeper ...")
+    progress.step("batch 1: 8 warm")
+    progress.step("batch 2: 6 warm")
+    progress.close()
+    assert out.getvalue().splitlines() == [
+        "[0/2] starting ZooKeeper ...",
+        "[1/2] batch 1: 8 warm",
+        "[2/2] batch 2: 6 warm",
+    ]
+
+
+def test_progress_draws_a_bar_in_a_terminal() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=100, force_terminal=True, color_system=None)
+    progress = Progress(4, console=console)
+    progress.step("batch 1")
+    progress.close()
+    assert progress.done == 1
+    assert "1/4" in out.getvalue() and "batch 1" in out.getvalue()
