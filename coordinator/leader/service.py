@@ -46,6 +46,7 @@ from coordinator.protocol.leader_events import (
     MarkBarrier,
     MembershipChanged,
     ModelInForce,
+    Published,
     PublishJobModel,
     RebalanceSkipped,
     RemoveOldVersions,
@@ -296,6 +297,8 @@ class CoordinatorService:
                 pending.extend(core.handle(self._run_grouper(action, log)))
             elif isinstance(action, PublishJobModel):
                 self._publish(action, log)
+                # The barrier deadline counts from now, not from before a slow publish.
+                pending.extend(core.handle(Published(self.clock(), action.model.version)))
             elif isinstance(action, MarkBarrier):
                 self.store.barriers.set_state(action.version, action.state, epoch=self._epoch)
                 outcome = "done" if action.state == BarrierState.DONE else "timed_out"
