@@ -257,6 +257,7 @@ class CoordinatorService:
         """What ZooKeeper holds, for the machine: processors, locality, the latest model and its
         barrier, and the model in force (:func:`~coordinator.protocol.rules.model_in_force`)."""
         store = self.store
+        store.sync()  # the state as the ZooKeeper leader has it, not a lagging follower's
         processors = store.processors.locality()
         locality = store.locality.read()
         latest_version = store.job_models.latest_version()
