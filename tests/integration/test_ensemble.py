@@ -20,14 +20,20 @@ on a live processor, at its location, in every stored model), I2 (versions stric
 in ZooKeeper and in the coordinators' publish logs; the leader holds the epoch), I3 (from the
 processors' event logs: no task on two processors at once, no start before its barrier's DONE,
 never two versions at once) and I4 (task locality = the DONE model's locations).
+
+Last, a coordinator whose publish is slower than the barrier timeout still reaches DONE: the
+barrier deadline counts from the publish's completion.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jobharness import JobHarness
@@ -41,7 +47,11 @@ from test_coordinator_faults import (
     wait_stopped,
 )
 
+from coordinator.config import load_config
 from coordinator.demo.ensemble import ZooKeeperEnsemble
+from coordinator.leader.service import CoordinatorService
+from coordinator.member.processor import ProcessorClient
+from metadata.zk import ZkMetadataStore, connect
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 
@@ -191,3 +201,69 @@ def test_coordinator_leader_and_zookeeper_leader_killed_together(
     ensemble.start_server(leader)
     detail = f"kill -9 coordinator {name} and ZooKeeper leader {leader}; {pid} joins"
     run.round("both_leaders", f"{detail}; {replacement} starts", started)
+
+
+class _SlowPublish(ZkMetadataStore):
+    """A store whose job-model publish takes ``SLOW_PUBLISH_S`` (as a 1M-task model's does)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        publish = self.job_models.publish
+
+        def slow_publish(*a: Any, **kw: Any) -> Any:
+            time.sleep(SLOW_PUBLISH_S)
+            return publish(*a, **kw)
+
+        self.job_models.publish = slow_publish  # type: ignore[method-assign]
+
+
+SLOW_PUBLISH_S = 2.5
+
+
+def test_a_publish_slower_than_the_barrier_timeout_still_reaches_done(
+    zk_ensemble: ZooKeeperEnsemble,
+) -> None:
+    """The barrier deadline counts from the publish's completion (issue 16's 1M-task probe: a
+    12.5 s publish timed every barrier out at once, three rounds, never DONE)."""
+    name = f"slow-{uuid.uuid4().hex[:8]}"
+    config = load_config(
+        data={
+            "job": {"name": name, "id": "1", "run_id": "r1"},
+            "zookeeper": {"connect": zk_ensemble.hosts, "root": "/affinity-test"},
+            "inputs": [{"system": "kafka", "stream": "events", "partitions": 4}],
+            "coordinator": {"debounce_ms": 100, "barrier_timeout_ms": 1500},
+        },
+        environ={},
+    )
+    clients = [connect(zk_ensemble.hosts) for _ in range(3)]
+    stop = threading.Event()
+    threads = []
+    try:
+        leader = _SlowPublish(clients[0], config.job_folder, run_id="r1")
+        service = CoordinatorService(config, clients[0], leader)
+        threads.append(threading.Thread(target=service.run, args=(stop,), daemon=True))
+        for index, client in enumerate(clients[1:]):
+            store = ZkMetadataStore(client, config.job_folder, run_id="r1")
+            processor = ProcessorClient(
+                client, store, f"p{index}", "host-a", on_start=_nothing, on_stop=_nothing
+            )
+            threads.append(threading.Thread(target=processor.run, args=(stop,), daemon=True))
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while leader.barriers.state(1) in (None, "NEW") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert leader.barriers.state(1) == "DONE"  # not TIMED_OUT right after the publish
+        model = leader.job_models.read(1)
+        assert set(model.containers) == {"p0", "p1"}
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(15)
+        for client in clients:
+            client.stop()
+            client.close()
+
+
+def _nothing(*_args: object) -> None:
+    return None
