@@ -269,7 +269,10 @@ class ZooKeeperEnsemble:
 
     def start_server(self, index: int, *, wait: bool = True) -> None:
         """Start server ``index`` again on its data dir; ``wait``: until it serves (joined)."""
-        self.servers[index].start() if wait else self.servers[index].launch()
+        if wait:
+            self.servers[index].start()
+        else:
+            self.servers[index].launch()
 
     def restart(self, index: int, *, hard: bool = True, down_s: float = 0.0) -> None:
         """Kill (``hard``) or stop server ``index``, keep it down ``down_s``, start it again."""
