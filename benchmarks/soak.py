@@ -19,8 +19,9 @@ Until the time is up, the soak draws one fault after another (``random.Random(se
 
 After each fault the soak waits until the job has converged (one DONE model at the newest
 version naming exactly the live processors, each running exactly its tasks in it, one leader;
-**time to converge** runs from the fault's last act - the kill, the SIGCONT, the restarted
-server - to that moment) and then runs every check of the
+**time to converge** runs from the fault's start to that moment, and from its last act - the
+kill, the SIGCONT, the restarted server - to that moment: a rebalance may finish while a server
+is still down) and then runs every check of the
 randomized fault test (``tests/integration/test_coordinator_faults.py``, ``FaultRun.check``):
 I1-I4 over every stored model, the coordinators' publish logs and all the processors' event
 logs since the start. Between the checks a monitor thread reads ZooKeeper every 0.5 s: the latest
@@ -46,6 +47,7 @@ sys.path.insert(0, str(_ROOT / "tests" / "integration"))
 
 import argparse  # noqa: E402
 import random  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
@@ -199,7 +201,7 @@ def soak(minutes: float, seed: int, workdir: Path) -> dict[str, object]:
     )
     run = SoakRun(job, ensemble, random.Random(seed), seed)  # type: ignore[arg-type]
     monitor = Monitor(run)
-    converge: dict[str, list[float]] = defaultdict(list)
+    converge: dict[str, list[tuple[float, float]]] = defaultdict(list)
     violations: list[str] = []
     began = time.monotonic()
     try:
@@ -225,14 +227,14 @@ def soak(minutes: float, seed: int, workdir: Path) -> dict[str, object]:
 
 
 def one_round(
-    run: SoakRun, kind: str, converge: dict[str, list[float]], violations: list[str]
+    run: SoakRun, kind: str, converge: dict[str, list[tuple[float, float]]], violations: list[str]
 ) -> None:
     number = sum(len(v) for v in converge.values()) + 1
     started = time.monotonic()
     try:
         detail = run.fault(kind)
         seconds = run.job.wait_for(run.quiet, 90, f"round {number} to converge")
-        converge[kind].append(seconds)
+        converge[kind].append((time.monotonic() - started, seconds))
         run.settle(f"round {number} ({detail})")
         run.rounds.append(run.check(kind, detail, started))
     except AssertionError as exc:
@@ -241,7 +243,8 @@ def one_round(
         return
     print(
         f"round {number:3}: {kind:<18} {detail} -> v{run.rounds[-1].done} "
-        f"(converged {seconds:.1f} s after the fault)",
+        f"(converged {converge[kind][-1][0]:.1f} s after its start, {seconds:.1f} s after its "
+        "last act)",
         flush=True,
     )
 
@@ -253,24 +256,22 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(ordered, n=100, method="inclusive")[int(q) - 1]
 
 
-def report(result: dict[str, object]) -> str:
-    converge: dict[str, list[float]] = result["converge"]  # type: ignore[assignment]
-    violations: list[str] = result["violations"]  # type: ignore[assignment]
-    rows = []
-    for kind in sorted(converge, key=lambda k: -len(converge[k])):
-        times = converge[kind]
-        rows.append(
-            [kind, len(times), f"{percentile(times, 50):.1f} s", f"{percentile(times, 99):.1f} s"]
+def _row(name: str, times: list[tuple[float, float]]) -> list[object]:
+    cells: list[object] = [name, len(times)]
+    for which in (0, 1):
+        values = [t[which] for t in times]
+        cells.append(
+            f"{percentile(values, 50):.1f} / {percentile(values, 99):.1f} s" if values else "-"
         )
+    return cells
+
+
+def report(result: dict[str, object]) -> str:
+    converge: dict[str, list[tuple[float, float]]] = result["converge"]  # type: ignore[assignment]
+    violations: list[str] = result["violations"]  # type: ignore[assignment]
+    rows = [_row(k, converge[k]) for k in sorted(converge, key=lambda k: -len(converge[k]))]
     every = [t for times in converge.values() for t in times]
-    rows.append(
-        [
-            "**all**",
-            len(every),
-            f"{percentile(every, 50):.1f} s" if every else "-",
-            f"{percentile(every, 99):.1f} s" if every else "-",
-        ]
-    )
+    rows.append(_row("**all**", every))
     summary = table(
         ["", "ran", "faults injected", "rebalances (versions published)", "violations"],
         [
@@ -296,13 +297,17 @@ def report(result: dict[str, object]) -> str:
         "model and every processor's event log since the start); between them a monitor read "
         f"ZooKeeper {result['polls']} times (versions and barrier states never go back, every "
         f"model assigns each task once). Starts checked against their barrier: {result['starts']}."
-        " **Time to converge**: from the fault's last act (the kill, the SIGCONT, the restarted "
-        "server) to one DONE model at the newest version that "
-        "names exactly the live processors, each running exactly its tasks, and one leader.",
+        " **Time to converge**: from the fault's start, and from its last act (the kill, the "
+        "SIGCONT, the restarted server; a rebalance may finish while a server is down), to one "
+        "DONE model at the newest version that names exactly the live processors, each running "
+        "exactly its tasks, and one leader.",
         "",
         summary,
         "",
-        table(["fault", "injected", "converge p50", "converge p99"], rows),
+        table(
+            ["fault", "injected", "converge from start p50 / p99", "after last act p50 / p99"],
+            rows,
+        ),
     ]
     if violations:
         lines += ["", "Violations:", ""] + [f"- {v.splitlines()[0]}" for v in violations]
@@ -316,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the job and the ensemble
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     print(f"soak: {args.minutes:g} minutes, seed {seed}", flush=True)
     with tempfile.TemporaryDirectory(prefix="affinity-soak-") as tmp:
