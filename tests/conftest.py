@@ -7,6 +7,12 @@
 - ``zk_client``: a started KazooClient (``metadata.zk.connect``) on ``zk_server``.
 - ``zk_job_folder``: a job folder no other test uses.
 - ``zk_store``: a ``ZkMetadataStore`` on that folder, layout created, run id ``run-1``.
+- ``zk_ensemble``: a 3-server ensemble on loopback (``coordinator.demo.ensemble``) for the
+  session. Tests may kill, restart, freeze and thaw its servers: the fixture puts it back (every
+  server running, none frozen, one leader) after each test.
+- ``zk_lagging_ensemble``: a 3-server ensemble whose server 2 reaches the others through
+  pausable links (``partition()`` / ``heal()``: a lagging follower), ``syncLimit`` 10 s, for
+  the session. Tests heal it before they end.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from coordinator.demo.ensemble import ZooKeeperEnsemble
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from metadata.zk import ZkMetadataStore, connect
 
@@ -78,3 +85,36 @@ def zk_store(zk_client: KazooClient, zk_job_folder: str) -> Iterator[ZkMetadataS
     store.ensure_layout()
     yield store
     store.close()
+
+
+@pytest.fixture(scope="session")
+def _zk_ensemble_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    ensemble = ZooKeeperEnsemble(tmp_path_factory.mktemp("ensemble"))
+    ensemble.start()
+    try:
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+@pytest.fixture
+def zk_ensemble(_zk_ensemble_session: ZooKeeperEnsemble) -> Iterator[ZooKeeperEnsemble]:
+    ensemble = _zk_ensemble_session
+    ensemble.wait_quorum()
+    yield ensemble
+    for index, server in enumerate(ensemble.servers):  # put back what the test broke
+        ensemble.thaw(index)
+        if not server.running:
+            ensemble.start_server(index, wait=False)
+    ensemble.wait_quorum(60)
+
+
+@pytest.fixture(scope="session")
+def zk_lagging_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    ensemble = ZooKeeperEnsemble(tmp_path_factory.mktemp("lagging"), lagging=2, sync_limit=20)
+    ensemble.start()
+    try:
+        ensemble.make_follower(2)
+        yield ensemble
+    finally:
+        ensemble.stop()

@@ -3,7 +3,9 @@
 ``JobHarness`` writes a job config, starts ``affinity coordinator run`` replicas and ``affinity
 processor run`` sample processors as subprocesses, kills them (SIGKILL), freezes them (SIGSTOP,
 to make a session expire while the process lives), and reads the job's state back through a
-``ZkMetadataStore`` and the processors' status files and event logs.
+``ZkMetadataStore`` and the processors' status files and event logs. ``server`` is anything
+with a ``hosts`` connect string: one ``EmbeddedZooKeeper`` or a ``ZooKeeperEnsemble``; ``name``
+picks the job's folder, so several jobs may share one server.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.demo.ensemble import ZooKeeperEnsemble
+from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from metadata.model import JobModel
 from metadata.zk import ZkMetadataStore, connect
 
 AFFINITY = str(Path(sys.executable).with_name("affinity"))
+ZooKeeperServer = EmbeddedZooKeeper | ZooKeeperEnsemble
 
 
 @dataclass
@@ -51,6 +55,7 @@ class JobHarness:
         name: str = "clicks",
     ) -> None:
         self.server = server
+        self.name = name
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.session_timeout_s = session_timeout_ms / 1000
@@ -138,7 +143,7 @@ class JobHarness:
     def store(self) -> ZkMetadataStore:
         if self._store is None:
             self._client = connect(self.server.hosts, session_timeout_s=10.0)
-            self._store = ZkMetadataStore(self._client, "/affinity/clicks-1", run_id="r1")
+            self._store = ZkMetadataStore(self._client, f"/affinity/{self.name}-1", run_id="r1")
         return self._store
 
     def done_model(self) -> JobModel | None:

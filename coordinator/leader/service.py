@@ -47,6 +47,7 @@ from coordinator.protocol.leader_events import (
     MarkBarrier,
     MembershipChanged,
     ModelInForce,
+    Published,
     PublishJobModel,
     RebalanceSkipped,
     RemoveOldVersions,
@@ -260,6 +261,7 @@ class CoordinatorService:
         """What ZooKeeper holds, for the machine: processors, locality, the latest model and its
         barrier, and the model in force (:func:`~coordinator.protocol.rules.model_in_force`)."""
         store = self.store
+        store.sync()  # the state as the ZooKeeper leader has it, not a lagging follower's
         processors = store.processors.locality()
         locality = store.locality.read()
         latest_version = store.job_models.latest_version()
@@ -300,6 +302,8 @@ class CoordinatorService:
                 pending.extend(core.handle(self._run_grouper(action, log)))
             elif isinstance(action, PublishJobModel):
                 self._publish(action, log)
+                # The barrier deadline counts from now, not from before a slow publish.
+                pending.extend(core.handle(Published(self.clock(), action.model.version)))
             elif isinstance(action, MarkBarrier):
                 self.store.barriers.set_state(action.version, action.state, epoch=self._epoch)
                 outcome = "done" if action.state == BarrierState.DONE else "timed_out"

@@ -281,6 +281,7 @@ class MemberGroup:
 
     def _watch_versions(self, member: _Member, _action: WatchVersions) -> list[MemberEvent]:
         if self._watches.version is None:
+            self.store.sync()  # the watch's first read must not come from a lagging server
             self._watches.version = self.store.job_models.watch_version(
                 lambda v: self._events.put((None, VersionAnnounced(v)))
             )
@@ -288,6 +289,7 @@ class MemberGroup:
         return self._fetch_latest_version(member, FetchLatestVersion())
 
     def _fetch_latest_version(self, _m: _Member, _a: FetchLatestVersion) -> list[MemberEvent]:
+        self.store.sync()  # not an old version from a lagging follower (SAMZA-2301)
         return [VersionAnnounced(self.store.job_models.latest_version())]
 
     def _read_manifest(self, _member: _Member, action: ReadManifest) -> list[MemberEvent]:

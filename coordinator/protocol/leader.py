@@ -34,9 +34,10 @@ Rebalance, step by step:
    next membership change tries again. An answer equal to the model in force is a no-op: nothing
    is published (:class:`RebalanceSkipped`, SAMZA-2638). Otherwise :class:`PublishJobModel`
    publishes version ``latest + 1`` with barrier ``latest + 1`` expecting every processor it
-   names (I1, I2), and the barrier deadline is scheduled. The action names the version in force
-   it was planned against (``base``) and the processors that lose a task against it
-   (:func:`~coordinator.protocol.rules.losing_processors`): the others join at once.
+   names (I1, I2). The barrier deadline starts when the adapter reports :class:`Published`
+   (a slow publish of a large model does not eat the barrier timeout). The action names the
+   version in force it was planned against (``base``) and the processors that lose a task
+   against it (:func:`~coordinator.protocol.rules.losing_processors`): the others join at once.
 5. :class:`BarrierUpdated` reports who joined. When every expected processor has joined, the
    coordinator emits :class:`MarkBarrier` DONE and the new model is in force. At the deadline it
    emits :class:`MarkBarrier` TIMED_OUT, and generates again at once from the processors still
@@ -56,6 +57,7 @@ Times are seconds (floats) from any monotonic clock; the caller passes ``now`` w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -73,6 +75,7 @@ from coordinator.protocol.leader_events import (
     MarkBarrier,
     MembershipChanged,
     ModelInForce,
+    Published,
     PublishJobModel,
     RebalanceSkipped,
     RemoveOldVersions,
@@ -105,6 +108,8 @@ TRANSITIONS: dict[tuple[LeaderState, type[Event]], frozenset[LeaderState]] = {
     (L.GROUPING, GrouperFinished): frozenset({*_AFTER_TICK, L.BARRIER}),
     **{(s, BarrierUpdated): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
     **{(s, GrouperFinished): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.BARRIER)},
+    **{(s, Published): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
+    (L.BARRIER, Published): frozenset({*_AFTER_TICK, L.BARRIER}),
     **{
         (L.BARRIER, e): frozenset({*_AFTER_TICK, L.BARRIER})
         for e in (MembershipChanged, TimePassed, BarrierUpdated)
@@ -188,6 +193,8 @@ class LeaderMachine:
             return actions + self._tick(event.now)
         elif isinstance(event, GrouperFinished):
             return self._grouper_finished(event) + self._tick(event.now)
+        elif isinstance(event, Published):
+            return self._published(event)
         return self._tick(event.now)
 
     # ------------------------------------------------------------------------ transitions
@@ -301,12 +308,8 @@ class LeaderMachine:
         if self.in_force is not None and candidate.same_assignment(self.in_force):
             return [RebalanceSkipped("the new assignment equals the model in force")]
         self.latest_version = candidate.version
-        self.pending = _Pending(
-            candidate,
-            frozenset(containers),
-            deadline=event.now + self.settings.barrier_timeout_s,
-            published_at=event.now,
-        )
+        # No deadline until the adapter reports the publish done (``Published``).
+        self.pending = _Pending(candidate, frozenset(containers), math.inf, event.now)
         previous = metadata.previous_task_to_processor
         owner = candidate.task_to_processor()
         recorded = self.task_locality
@@ -323,6 +326,14 @@ class LeaderMachine:
                 cause=cause.answered(event.now) if cause else None,
             )
         ]
+
+    def _published(self, event: Published) -> list[Action]:
+        pending = self.pending
+        if pending is None or event.version != pending.model.version:
+            return []  # decided (or superseded) meanwhile
+        pending.deadline = event.now + self.settings.barrier_timeout_s
+        pending.published_at = event.now
+        return self._tick(event.now)
 
     def _retention(self) -> RemoveOldVersions:
         in_force = self.in_force.version if self.in_force else None
@@ -384,7 +395,8 @@ class LeaderMachine:
             self.dirty_since = self.last_change = now - settle
             self.retry = True
         if self.pending is not None:
-            return [*actions, ScheduleWakeup(self.pending.deadline)]
+            deadline = self.pending.deadline  # infinite until Published
+            return [*actions, ScheduleWakeup(deadline)] if deadline < math.inf else actions
         if self.running is not None:
             return actions
         due = self._due()

@@ -25,6 +25,7 @@ __all__ = [
     "MarkBarrier",
     "MembershipChanged",
     "ModelInForce",
+    "Published",
     "PublishJobModel",
     "RebalanceSkipped",
     "RemoveOldVersions",
@@ -105,6 +106,15 @@ class GrouperFinished:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Published:
+    """The adapter has published ``version`` (its :class:`PublishJobModel` completed): the
+    barrier deadline counts from ``now``, so a slow publish does not eat the barrier timeout."""
+
+    now: float
+    version: int
+
+
 Event = (
     LeadershipGained
     | LeadershipLost
@@ -113,6 +123,7 @@ Event = (
     | LocalityChanged
     | TimePassed
     | GrouperFinished
+    | Published
 )
 
 # ----------------------------------------------------------------------------------- actions

@@ -224,6 +224,16 @@ class ZkOps:
         self._count(reads=len(wanted))
         return found
 
+    def sync(self, path: str, what: str) -> None:
+        """ZooKeeper's ``sync``: the server this client is connected to catches up with the
+        leader before answering, so the next read sees every write committed before this call
+        (a lagging follower would otherwise serve an old state, SAMZA-2301)."""
+
+        def attempt() -> None:
+            self._wait(self.client.sync_async(path))
+
+        self.call(what, path, attempt)
+
     # ---------------------------------------------------------------- single writes
 
     def create(

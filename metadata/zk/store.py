@@ -118,7 +118,7 @@ class ZkMetadataStore:
     store has ``layout`` (every path), ``run_id``, ``client``, ``election_path`` (for kazoo's
     Election recipe), the counters ``ops`` (write operations: creates, sets, deletes, inside
     transactions too), ``reads`` and ``transactions``, and :meth:`ensure_layout`,
-    :meth:`job_exists`, :meth:`close`. The recipes' ``watch*`` methods return a
+    :meth:`job_exists`, :meth:`sync`, :meth:`close`. The recipes' ``watch*`` methods return a
     :class:`~metadata.zk.watch.Watch` whose ``stop()`` ends the callbacks; callbacks run on
     kazoo's event thread and must not block for long.
     """
@@ -211,6 +211,12 @@ class ZkMetadataStore:
     def close(self) -> None:
         """Detach from the client (the client itself stays open: it belongs to the caller)."""
         self._ops.close()
+
+    def sync(self) -> None:
+        """Make the next reads of this store see every write committed before this call (the
+        connected server catches up with the ZooKeeper leader first). Use it before a read
+        that decides on the latest state without a write of this client just before it."""
+        self._ops.sync(self.layout.folder, "sync with the ZooKeeper leader")
 
     def job_exists(self) -> bool:
         """True if the job folder exists (readers use this to tell 'no such job')."""

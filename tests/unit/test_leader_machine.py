@@ -2,7 +2,10 @@
 
 The harness plays the adapter: it records what is published and marked, answers grouper
 requests (with host-affinity, or with a grouper that raises, times out or returns nonsense),
-and checks invariants I1, I2, I3 (the coordinator's side) and I5 after every step.
+reports each publish done (``Published``) after a publish time a rule draws (up to three barrier
+timeouts: a large model publishes slowly), and checks invariants I1, I2, I3 (the coordinator's
+side) and I5 after every step, and that a barrier times out only a full barrier timeout after
+its publish completed, or at once when a processor it expects vanished before joining.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from coordinator.protocol.leader_events import (
     LeadershipLost,
     MarkBarrier,
     MembershipChanged,
+    Published,
     PublishJobModel,
     RebalanceSkipped,
     RemoveOldVersions,
@@ -80,6 +84,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.published_this_step: list[PublishJobModel] = []
         self.failed_this_step = False
         self.in_force_before: JobModel | None = None
+        self.publish_s = 0.0  # how long the next publishes take
+        self.deadline_from: dict[int, float] = {}  # version -> when its barrier clock started
+        self.joined: dict[int, frozenset[str]] = {}
 
     # ---------------------------------------------------------------- the adapter's part
 
@@ -87,7 +94,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.published_this_step = []
         self.failed_this_step = False
         self.in_force_before = self.core.in_force
-        actions: list[Action] = self.core.handle(event)  # type: ignore[arg-type]
+        events = [event]
+        while events:
+            actions: list[Action] = self.core.handle(events.pop(0))  # type: ignore[arg-type]
+            events += self.carry_out(actions)
+
+    def carry_out(self, actions: list[Action]) -> list[object]:
+        """Check and apply the actions; the events they lead to (a publish: ``Published``)."""
+        follow: list[object] = []
         for action in actions:
             if isinstance(action, RunGrouper):
                 assert self.core.leader
@@ -112,9 +126,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 self.store.models.append(action.model)
                 self.store.barrier[action.model.version] = BarrierState.NEW
                 self.published_this_step.append(action)
+                self.now += self.publish_s  # the publish takes its time
+                self.deadline_from[action.model.version] = self.now
+                follow.append(Published(self.now, action.model.version))
             elif isinstance(action, MarkBarrier):
                 assert self.core.leader
                 assert self.store.barrier.get(action.version) == BarrierState.NEW
+                if action.state == BarrierState.TIMED_OUT:
+                    self.check_timed_out(action)
                 self.store.barrier[action.version] = action.state
             elif isinstance(action, RemoveOldVersions):
                 # Retention never removes the model in force.
@@ -124,6 +143,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 self.failed_this_step = True
             else:
                 assert isinstance(action, ScheduleWakeup | RebalanceSkipped | object)
+        return follow
+
+    def check_timed_out(self, action: MarkBarrier) -> None:
+        """The deadline counts from the publish's completion (or from the gain of leadership
+        for a barrier inherited NEW); a barrier waiting for a vanished processor goes at once."""
+        model = next(m for m in self.store.models if m.version == action.version)
+        vanished = set(model.containers) - set(self.live) - self.joined.get(action.version, set())
+        started = self.deadline_from[action.version]
+        assert vanished or self.now - started >= SETTINGS.barrier_timeout_s - 1e-9, (
+            f"barrier {action.version} timed out {self.now - started:.2f} s after its publish"
+        )
 
     # ---------------------------------------------------------------------------- rules
 
@@ -131,6 +161,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def gain_leadership(self) -> None:
         latest = self.store.latest()
         self.outstanding = None
+        if latest is not None and self.store.barrier.get(latest.version) == BarrierState.NEW:
+            self.deadline_from[latest.version] = self.now  # the new leader's clock starts
         self.feed(
             LeadershipGained(
                 self.now,
@@ -175,6 +207,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.now += seconds
         self.feed(TimePassed(self.now))
 
+    @rule(seconds=st.sampled_from([0.0, 0.0, 0.5, 9.9, 12.5, 30.0]))
+    def publishes_take(self, seconds: float) -> None:
+        """From now on a publish takes ``seconds`` (beyond the barrier timeout: a huge model)."""
+        self.publish_s = seconds
+
     @precondition(lambda self: self.store.latest() is not None)
     @rule(everyone=st.booleans())
     def processors_join_the_barrier(self, everyone: bool) -> None:
@@ -184,6 +221,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         joined = {p for p in expected if p in self.live}
         if not everyone and joined:
             joined.discard(sorted(joined)[0])
+        self.joined[latest.version] = frozenset(joined)
         self.feed(BarrierUpdated(self.now, latest.version, frozenset(joined)))
 
     @precondition(lambda self: self.outstanding is not None)
@@ -285,7 +323,9 @@ def run_to_publish(core: Leader, now: float) -> PublishJobModel:
     assert request is not None and core.running == request.request
     answer = HostAffinityGrouper().group(request.tasks, request.metadata)
     actions = core.handle(GrouperFinished(now, request.request, answer))
-    return next(a for a in actions if isinstance(a, PublishJobModel))
+    published = next(a for a in actions if isinstance(a, PublishJobModel))
+    core.handle(Published(now, published.model.version))  # the adapter's report
+    return published
 
 
 def test_debounce_waits_for_quiet_but_never_beyond_the_cap() -> None:
@@ -414,3 +454,35 @@ def test_an_answer_that_arrives_after_membership_changed_is_discarded_and_rerun(
     assert not any(isinstance(a, PublishJobModel | GrouperFailed) for a in actions)
     rerun = next(a for a in actions if isinstance(a, RunGrouper))
     assert set(rerun.metadata.processor_locality) == {"p-0", "p-1"}
+
+
+def test_the_barrier_deadline_starts_when_the_publish_completes() -> None:
+    """A publish slower than the barrier timeout (a 1M-task model) must not time the barrier out:
+    the deadline counts from ``Published``, not from the grouper's answer."""
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
+    core.handle(TimePassed(0.0))
+    request = core.last_request
+    assert request is not None
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    actions = core.handle(GrouperFinished(0.0, request.request, answer))
+    version = next(a for a in actions if isinstance(a, PublishJobModel)).model.version
+    assert not any(isinstance(a, ScheduleWakeup) for a in actions)  # no deadline yet
+    actions = core.handle(Published(12.5, version))  # the publish took 12.5 s
+    assert ScheduleWakeup(22.5) in actions
+    assert not any(isinstance(a, MarkBarrier) for a in actions)
+    actions = core.handle(BarrierUpdated(14.0, version, frozenset({"p-0", "p-1"})))
+    assert MarkBarrier(version, BarrierState.DONE, 1.5) in actions
+
+
+def test_a_slow_publish_still_times_out_a_full_timeout_after_it_completed() -> None:
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
+    core.handle(TimePassed(0.0))
+    request = core.last_request
+    assert request is not None
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    actions = core.handle(GrouperFinished(0.0, request.request, answer))
+    version = next(a for a in actions if isinstance(a, PublishJobModel)).model.version
+    core.handle(Published(12.5, version))
+    assert not any(isinstance(a, MarkBarrier) for a in core.handle(TimePassed(22.0)))
+    assert MarkBarrier(version, BarrierState.TIMED_OUT, 10.0) in core.handle(TimePassed(22.5))
+    assert core.handle(Published(23.0, version)) == []  # late: the barrier is decided
