@@ -24,6 +24,9 @@ __all__ = [
     "MarkBarrier",
     "MembershipChanged",
     "ModelInForce",
+    "ModelRefused",
+    "ProcessorBenched",
+    "ProcessorReadmitted",
     "PublishJobModel",
     "RebalanceSkipped",
     "RemoveOldVersions",
@@ -48,6 +51,10 @@ class CoordinatorSettings:
     barrier_timeout_s: float = 30.0
     processor_grace_s: float = 0.0
     retention: int = 10  # job-model versions (and barriers) kept once a barrier is decided
+    # A model that takes away every task of the model in force is refused unless this is set.
+    allow_dropping_all_tasks: bool = False
+    # A processor that misses a barrier is left out of the models this long (0: never).
+    exclusion_s: float = 300.0
 
 
 # ------------------------------------------------------------------------------------ events
@@ -171,6 +178,30 @@ class RebalanceSkipped:
     reason: str
 
 
+@dataclass(frozen=True)
+class ModelRefused:
+    """A valid answer the machine will not publish (it would stop every running task)."""
+
+    request: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProcessorBenched:
+    """``processor_id`` missed barrier ``version``: left out of the models until ``until``."""
+
+    processor_id: str
+    version: int
+    misses: int
+    until: float
+
+
+@dataclass(frozen=True)
+class ProcessorReadmitted:
+    processor_id: str
+    reason: str
+
+
 Action = (
     RunGrouper
     | PublishJobModel
@@ -180,4 +211,7 @@ Action = (
     | ScheduleWakeup
     | GrouperFailed
     | RebalanceSkipped
+    | ModelRefused
+    | ProcessorBenched
+    | ProcessorReadmitted
 )
