@@ -110,6 +110,8 @@ class CoordinatorSection(_Section):
     # How long a vanished processor's tasks wait for it (or a new processor at its location).
     processor_grace_ms: int = Field(default=0, ge=0)
     retention: int = Field(default=10, ge=1)
+    # A model that would stop every task of the model in force is refused unless this is true.
+    allow_dropping_all_tasks: bool = False
     http_host: str = "0.0.0.0"
     http_port: int = Field(default=8080, ge=0, le=65535)
 
