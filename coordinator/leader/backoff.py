@@ -66,7 +66,7 @@ def retrying(
     return Retrying(
         retry=retry_if_exception_type(LeadershipFailed),
         wait=wait_exponential_jitter(
-            initial=BACKOFF_INITIAL_S, max=max_s, jitter=BACKOFF_INITIAL_S
+            multiplier=BACKOFF_INITIAL_S, max=max_s, jitter=BACKOFF_INITIAL_S
         ),
         stop=lambda _: stop.is_set(),
         sleep=sleep,
