@@ -112,6 +112,8 @@ class CoordinatorSection(_Section):
     retention: int = Field(default=10, ge=1)
     # Rebalances kept in the job's history (history/ in ZooKeeper; affinity status, /status).
     history: int = Field(default=50, ge=1, le=1000)
+    # A model that would stop every task of the model in force is refused unless this is true.
+    allow_dropping_all_tasks: bool = False
     http_host: str = "0.0.0.0"
     http_port: int = Field(default=8080, ge=0, le=65535)
 

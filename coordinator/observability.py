@@ -111,6 +111,41 @@ class CoordinatorMetrics:
         self.leadership_changes = Counter(
             "affinity_leadership_changes", "Times this replica became leader", registry=r
         )
+        self._add_hardening_metrics(r)
+
+    def _add_hardening_metrics(self, r: CollectorRegistry) -> None:
+        """Refused models, benched processors, failed elections, grouper processes."""
+        self.models_refused = Counter(
+            "affinity_models_refused",
+            "Valid grouper answers not published (they would stop every running task)",
+            registry=r,
+        )
+        self.processors_benched = Gauge(
+            "affinity_processors_benched",
+            "Live processors left out of the job models because they missed a barrier",
+            registry=r,
+        )
+        self.barrier_misses = Counter(
+            "affinity_barrier_misses",
+            "Times a live processor let a barrier time out without joining it",
+            registry=r,
+        )
+        self.leadership_failures = Counter(
+            "affinity_leadership_failures",
+            "Election or leadership attempts that failed (the replica then backs off)",
+            ["reason"],
+            registry=r,
+        )
+        self.election_backoff = Gauge(
+            "affinity_election_backoff_seconds",
+            "How long this replica waits before taking part in the election again (0: it does)",
+            registry=r,
+        )
+        self.grouper_worker_restarts = Counter(
+            "affinity_grouper_worker_restarts",
+            "Grouper worker processes started (the first one, and after a kill or a crash)",
+            registry=r,
+        )
 
 
 class HealthServer:

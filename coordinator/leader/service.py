@@ -13,12 +13,18 @@ The replica runs kazoo's Election recipe. While it leads it
 Anything unexpected from ZooKeeper while leading (the epoch lost, the session lost, a store
 error) makes the replica step down: it feeds ``LeadershipLost`` to the core, leaves the
 election and joins it again, so a new leader (maybe this one) starts from what ZooKeeper holds.
+An election that fails (``NoAuth``: no or wrong credentials) or a leadership that fails early
+(corrupt latest job model: :mod:`coordinator.leader.job_state`) makes the replica back off
+(exponential with jitter, up to ``BACKOFF_MAX_S``) before taking part again, logged with the
+path and counted; meanwhile ``ready()`` is false. The grouper runs in a worker process
+(:mod:`coordinator.leader.grouper_worker`) that is killed at ``grouper.timeout_ms``.
 Watch callbacks and connection-state listeners only put events on the queue: they never block
 kazoo's threads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import socket
 import threading
@@ -30,17 +36,28 @@ from typing import Any
 import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
+from tenacity import RetryCallState
 
 from coordinator.config import JobConfig
+from coordinator.leader.backoff import (
+    BACKOFF_MAX_S,
+    HEALTHY_LEADERSHIP_S,
+    LeadershipFailed,
+    describe,
+    failed,
+    retrying,
+)
+from coordinator.leader.grouper_worker import GrouperWorker
+from coordinator.leader.job_state import read_job_state
 from coordinator.leader.rebalances import RebalanceRecorder
+from coordinator.leader.reporting import report, report_barrier, report_published
+from coordinator.leader.settings import job_tasks, settings_from_config
 from coordinator.observability import CoordinatorMetrics, Heartbeat
 from coordinator.protocol.leader import LeaderMachine
 from coordinator.protocol.leader_events import (
     Action,
     BarrierUpdated,
-    CoordinatorSettings,
     Event,
-    GrouperFailed,
     GrouperFinished,
     LeadershipGained,
     LeadershipLost,
@@ -49,36 +66,17 @@ from coordinator.protocol.leader_events import (
     ModelInForce,
     Published,
     PublishJobModel,
-    RebalanceSkipped,
     RemoveOldVersions,
     RunGrouper,
     ScheduleWakeup,
     TimePassed,
 )
-from coordinator.protocol.rules import IN_FORCE_SCAN, model_in_force
-from groupers import TaskNameGrouper, get_grouper, get_ssp_grouper
+from groupers import TaskNameGrouper
 from metadata.errors import MetadataError
-from metadata.model import BarrierState, TaskModel
+from metadata.model import BarrierState
 from metadata.zk import FencedOut, ZkMetadataStore
 
 __all__ = ["CoordinatorService", "job_tasks", "settings_from_config"]
-
-
-def job_tasks(config: JobConfig) -> tuple[TaskModel, ...]:
-    """The job's tasks: its inputs through the configured SSP grouper, sorted by name."""
-    ssp = get_ssp_grouper(config.ssp_grouper.name, **config.ssp_grouper.options)
-    return tuple(sorted(ssp.group(config.stream_inputs()), key=lambda t: t.name))
-
-
-def settings_from_config(config: JobConfig) -> CoordinatorSettings:
-    c = config.coordinator
-    return CoordinatorSettings(
-        debounce_s=c.debounce_ms / 1000,
-        debounce_max_s=c.debounce_max_ms / 1000,
-        barrier_timeout_s=c.barrier_timeout_ms / 1000,
-        processor_grace_s=c.processor_grace_ms / 1000,
-        retention=c.retention,
-    )
 
 
 @dataclass(frozen=True)
@@ -89,11 +87,6 @@ class _ProcessorsChanged:
 @dataclass(frozen=True)
 class _SessionLost:
     reason: str
-
-
-def _barrier_state(stored: str | None) -> BarrierState | None:
-    """A stored barrier state; None when missing or not one the protocol knows."""
-    return BarrierState(stored) if stored in set(BarrierState) else None
 
 
 class StepDown(Exception):
@@ -119,8 +112,14 @@ class CoordinatorService:
         self.store = store
         self.metrics = metrics or CoordinatorMetrics()
         self.grouper_name = config.grouper.name
-        self.grouper = grouper or get_grouper(config.grouper.name, **config.grouper.options)
+        self.grouper = GrouperWorker(
+            config.grouper.name,
+            config.grouper.options,
+            instance=grouper,
+            on_start=self.metrics.grouper_worker_restarts.inc,
+        )
         self.grouper_timeout_s = config.grouper.timeout_ms / 1000
+        self.backoff_max_s = BACKOFF_MAX_S
         self.identifier = identifier or f"{socket.gethostname()}-{id(self):x}"
         self.clock = clock
         self.heartbeat = Heartbeat()
@@ -137,6 +136,7 @@ class CoordinatorService:
         self.rebalances = RebalanceRecorder(
             store.history, keep=config.coordinator.history, leader=self.identifier
         )
+        self._failing: str | None = None  # why the last election or leadership failed
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -145,7 +145,16 @@ class CoordinatorService:
         return self._leading.is_set()
 
     def ready(self) -> bool:
-        return self._connected.is_set()
+        """Connected to ZooKeeper and taking part in the election: false while the replica backs
+        off after a failure, until it leads or its contender node exists again."""
+        if not self._connected.is_set():
+            return False
+        if self._failing is not None:
+            election = self._election
+            if election is None or getattr(election.lock, "node", None) is None:
+                return False
+            self._failing = None
+        return True
 
     def _stop_when(self, stop: threading.Event) -> None:
         stop.wait()
@@ -168,17 +177,48 @@ class CoordinatorService:
         if self.client.connected:
             self._connected.set()
         self.store.ensure_layout()
-        while not self._stop.is_set():
-            self.heartbeat.beat()
-            try:
-                self._election = self.client.Election(self.store.election_path, self.identifier)
-                self._election.run(self._lead)
-            except (KazooException, MetadataError) as exc:
-                self.log.warning("coordinator.election_interrupted", error=repr(exc))
-                self._stop.wait(0.5)
-            finally:
-                self._election = None
-        self.client.remove_listener(self._on_state)
+        try:
+            while not self._stop.is_set():
+                attempts = retrying(self._stop, self.backoff_max_s, self._failed, self._back_off)
+                with contextlib.suppress(LeadershipFailed):  # raised when stopped meanwhile
+                    attempts(self._take_part)  # returns once a healthy term or election ended
+        finally:
+            self.client.remove_listener(self._on_state)
+            self.grouper.close()
+
+    def _take_part(self) -> None:
+        self.heartbeat.beat()
+        try:
+            self._election = self.client.Election(self.store.election_path, self.identifier)
+            self._election.run(self._lead)
+        except (KazooException, MetadataError) as exc:
+            raise failed("election", exc) from exc
+        finally:
+            self._election = None
+
+    def _failed(self, state: RetryCallState) -> None:
+        """Before backing off: log the failure with the path, count it, become not ready."""
+        assert state.outcome is not None and state.next_action is not None
+        failure = state.outcome.exception()
+        assert isinstance(failure, LeadershipFailed)
+        delay = state.next_action.sleep
+        self._failing = failure.error
+        self.metrics.leadership_failures.labels(reason=failure.reason).inc()
+        self.metrics.election_backoff.set(delay)
+        election = failure.reason == "election"
+        self.log.warning(
+            "coordinator.election_interrupted" if election else "coordinator.leadership_failed",
+            path=self.store.election_path if election else self.store.layout.folder,
+            error=failure.error,
+            attempt=state.attempt_number,
+            retry_in_s=round(delay, 2),
+        )
+
+    def _back_off(self, seconds: float) -> None:
+        self.heartbeat.beat()
+        self._stop.wait(seconds)
+        self.heartbeat.beat()
+        self.metrics.election_backoff.set(0)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:
@@ -206,29 +246,24 @@ class CoordinatorService:
             },
         )
         self._events = queue.Queue()
+        self.grouper.start()  # warm the grouper's process while the state is read
         epoch = self.store.epochs.acquire()
         self._epoch = epoch
         log = self.log.bind(epoch=epoch.epoch)
-        self._leading.set()
-        self.metrics.is_leader.set(1)
-        self.metrics.leadership_changes.inc()
         log.info("coordinator.leading")
+        started = self.clock()
+        failure: LeadershipFailed | None = None
         try:
-            gained = self._read_state(self.clock())
-            if gained.in_force is not None:
-                self.metrics.job_model_version.set(gained.in_force.version)
-            self._watches.append(
-                self.store.processors.watch(lambda _: self._events.put(_ProcessorsChanged()))
-            )
-            if gained.latest is not None and gained.latest_barrier == BarrierState.NEW:
-                # A rebalance the previous leader left in flight: the machine sees it through, so
-                # it must hear of the processors that join from now on (not only at the deadline).
-                self._watch_barrier(gained.latest.version)
+            gained = self._gain(log)
             self._loop(core, self._execute(core, core.handle(gained), log), log)
-        except StepDown as exc:
-            log.warning("coordinator.step_down", reason=str(exc))
-        except (MetadataError, KazooException) as exc:
-            log.warning("coordinator.step_down", reason=repr(exc))
+        except LeadershipFailed as exc:
+            failure = exc
+            log.warning("coordinator.step_down", reason=exc.error)
+        except (StepDown, MetadataError, KazooException) as exc:
+            reason = str(exc) if isinstance(exc, StepDown) else describe(exc)
+            log.warning("coordinator.step_down", reason=reason)
+            if not self._stop.is_set() and self.clock() - started < HEALTHY_LEADERSHIP_S:
+                failure = LeadershipFailed("leading", reason)
         finally:
             core.handle(LeadershipLost(self.clock()))
             for watch in self._watches:
@@ -236,6 +271,29 @@ class CoordinatorService:
             self._watches.clear()
             self._leading.clear()
             self.metrics.is_leader.set(0)
+        if failure is not None:
+            raise failure
+
+    def _gain(self, log: Any) -> LeadershipGained:
+        """Read the job's state and start watching it; a failure here is ``LeadershipFailed``."""
+        try:
+            gained = read_job_state(self.store, self.clock(), log)
+        except (MetadataError, KazooException) as exc:
+            raise failed("reading_state", exc) from exc
+        self._failing = None
+        self._leading.set()
+        self.metrics.is_leader.set(1)
+        self.metrics.leadership_changes.inc()
+        if gained.in_force is not None:
+            self.metrics.job_model_version.set(gained.in_force.version)
+        self._watches.append(
+            self.store.processors.watch(lambda _: self._events.put(_ProcessorsChanged()))
+        )
+        if gained.latest is not None and gained.latest_barrier == BarrierState.NEW:
+            # A rebalance the previous leader left in flight: the machine sees it through, so
+            # it must hear of the processors that join from now on (not only at the deadline).
+            self._watch_barrier(gained.latest.version)
+        return gained
 
     def _loop(self, core: LeaderMachine, wakeup: float | None, log: Any) -> None:
         """Feed the machine the queued events (and the time) until stopped or stepping down."""
@@ -257,37 +315,6 @@ class CoordinatorService:
             if next_wakeup is not None:
                 wakeup = next_wakeup if wakeup is None else min(wakeup, next_wakeup)
 
-    def _read_state(self, now: float) -> LeadershipGained:
-        """What ZooKeeper holds, for the machine: processors, locality, the latest model and its
-        barrier, and the model in force (:func:`~coordinator.protocol.rules.model_in_force`)."""
-        store = self.store
-        store.sync()  # the state as the ZooKeeper leader has it, not a lagging follower's
-        processors = store.processors.locality()
-        locality = store.locality.read()
-        latest_version = store.job_models.latest_version()
-        if latest_version is None:
-            return LeadershipGained(now, processors, locality)
-        latest = store.job_models.read(latest_version)
-        scanned = range(latest_version, max(0, latest_version - IN_FORCE_SCAN), -1)
-        states = {version: _barrier_state(store.barriers.state(version)) for version in scanned}
-        in_force_version = model_in_force(states)
-        in_force = None
-        if in_force_version is not None:
-            in_force = (
-                latest
-                if in_force_version == latest_version
-                else store.job_models.read(in_force_version)
-            )
-        return LeadershipGained(
-            now,
-            processors,
-            locality,
-            latest=latest,
-            latest_barrier=states[latest_version],
-            latest_participants=frozenset(store.barriers.participants(latest_version)),
-            in_force=in_force,
-        )
-
     # -------------------------------------------------------------------- actions
 
     def _execute(self, core: LeaderMachine, actions: list[Action], log: Any) -> float | None:
@@ -306,56 +333,28 @@ class CoordinatorService:
                 pending.extend(core.handle(Published(self.clock(), action.model.version)))
             elif isinstance(action, MarkBarrier):
                 self.store.barriers.set_state(action.version, action.state, epoch=self._epoch)
-                outcome = "done" if action.state == BarrierState.DONE else "timed_out"
-                self.metrics.barrier_outcomes.labels(outcome=outcome).inc()
-                self.metrics.rebalance_duration.observe(action.duration_s)
                 self.rebalances.decided(action, epoch=self._epoch, log=log)
-                log.info(
-                    "coordinator.barrier",
-                    version=action.version,
-                    state=action.state,
-                    seconds=round(action.duration_s, 3),
-                )
+                report_barrier(action, self.metrics, log)
             elif isinstance(action, RemoveOldVersions):
                 self._apply_retention(action, log)
             elif isinstance(action, ModelInForce):
                 self.metrics.job_model_version.set(action.model.version)
-            elif isinstance(action, GrouperFailed):
-                self.metrics.grouper_errors.inc()
-                log.error("coordinator.grouper_failed", request=action.request, error=action.reason)
-            elif isinstance(action, RebalanceSkipped):
-                self.metrics.rebalances_skipped.labels(reason=action.reason).inc()
-                log.info("coordinator.rebalance_skipped", reason=action.reason)
+            else:
+                report(action, core, self.metrics, log, self.clock())
         return wakeup
 
     def _run_grouper(self, action: RunGrouper, log: Any) -> GrouperFinished:
-        """Run the grouper in a daemon thread, waiting at most the configured time limit."""
-        outcome: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                outcome["containers"] = self.grouper.group(action.tasks, action.metadata)
-            except Exception as exc:  # reported to the core as the grouper's error
-                outcome["error"] = f"{type(exc).__name__}: {exc}"
-
-        started = time.perf_counter()
-        worker = threading.Thread(target=work, name=f"grouper-{action.request}", daemon=True)
-        worker.start()
-        worker.join(self.grouper_timeout_s)
-        elapsed = time.perf_counter() - started
-        self.metrics.grouper_duration.observe(elapsed)
-        if worker.is_alive():
-            error: str | None = f"timed out after {self.grouper_timeout_s:g} s"
-            return GrouperFinished(self.clock(), action.request, None, error)
-        error = outcome.get("error")
+        """Run the grouper in its worker process, killed at the configured time limit."""
+        outcome = self.grouper.run(action.tasks, action.metadata, self.grouper_timeout_s)
+        self.metrics.grouper_duration.observe(outcome.seconds)
         log.info(
             "coordinator.grouper_ran",
             request=action.request,
             processors=len(action.metadata.processor_locality),
-            seconds=round(elapsed, 3),
-            ok=error is None,
+            seconds=round(outcome.seconds, 3),
+            ok=outcome.error is None,
         )
-        return GrouperFinished(self.clock(), action.request, outcome.get("containers"), error)
+        return GrouperFinished(self.clock(), action.request, outcome.containers, outcome.error)
 
     def _publish(self, action: PublishJobModel, log: Any) -> None:
         version = action.model.version
@@ -371,18 +370,7 @@ class CoordinatorService:
         )
         self.rebalances.published(action, time.perf_counter() - started)
         self._watch_barrier(version)
-        self.metrics.rebalances.inc()
-        self.metrics.tasks_moved.inc(action.moved)
-        if action.with_locality:
-            self.metrics.locality_kept_ratio.set(action.locality_kept / action.with_locality)
-        log.info(
-            "coordinator.published",
-            version=version,
-            processors=len(action.participants),
-            moved=action.moved,
-            locality_kept=action.locality_kept,
-            with_locality=action.with_locality,
-        )
+        report_published(action, self.metrics, log)
 
     def _apply_retention(self, action: RemoveOldVersions, log: Any) -> None:
         """Remove job models and barriers below the machine's floor. Best effort: a failure is

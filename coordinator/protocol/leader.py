@@ -16,41 +16,37 @@ fenced by the leader epoch in ZooKeeper, so a deposed leader's write fails there
 The job model in force is the last one whose barrier reached DONE. At most one newer version is
 *pending* (published, barrier NEW) at a time.
 
-Rebalance, step by step:
+Rebalance, step by step (the policies are in :mod:`coordinator.protocol.leader_policy`):
 
-1. :class:`MembershipChanged` records the live processors and marks the job *dirty*. A dirty job
-   is rebalanced once membership has been quiet for ``debounce_ms``, but never later than
-   ``debounce_max_ms`` after the first change (so a rolling restart cannot postpone it forever,
-   SAMZA-2633). The coordinator asks to be woken (:class:`ScheduleWakeup`) at that time.
-2. A processor of the model in force that vanished is *given grace* for
-   ``processor_grace_ms``: while it is within grace and no new processor has appeared at its
-   location, the rebalance waits (Helix's delayed rebalance), so a quick restart under the same
-   id changes nothing and a restart under a new id at the same host moves its tasks there.
-3. When due (and no barrier is pending, no grouper running), the coordinator emits
-   :class:`RunGrouper` with the tasks and the grouper metadata. The adapter runs the grouper
-   under a time limit and answers :class:`GrouperFinished` with containers, or with an error.
-4. An error, a timeout or an answer that fails :func:`groupers.validate` publishes nothing: the
-   model in force stays, :class:`GrouperFailed` reports it (log and count, invariant I5), and the
-   next membership change tries again. An answer equal to the model in force is a no-op: nothing
-   is published (:class:`RebalanceSkipped`, SAMZA-2638). Otherwise :class:`PublishJobModel`
-   publishes version ``latest + 1`` with barrier ``latest + 1`` expecting every processor it
-   names (I1, I2). The barrier deadline starts when the adapter reports :class:`Published`
-   (a slow publish of a large model does not eat the barrier timeout). The action names the
-   version in force it was planned against (``base``) and the processors that lose a task
-   against it (:func:`~coordinator.protocol.rules.losing_processors`): the others join at once.
-5. :class:`BarrierUpdated` reports who joined. When every expected processor has joined, the
-   coordinator emits :class:`MarkBarrier` DONE and the new model is in force. At the deadline it
-   emits :class:`MarkBarrier` TIMED_OUT, and generates again at once from the processors still
-   alive (the processors wait for that next version rather than staying stopped, SAMZA-2663).
-   It does not wait for the deadline when a processor the barrier expects has vanished before
-   joining: that barrier can never complete, so it times out at once.
-6. Once a barrier is decided, :class:`RemoveOldVersions` applies retention: the newest
-   ``retention`` versions stay, and the model in force always does
-   (:func:`~coordinator.protocol.rules.retention_floor`).
+1. :class:`MembershipChanged` records the live processors and marks the job *dirty*; it is
+   rebalanced after ``debounce_ms`` of quiet, never later than ``debounce_max_ms`` after the
+   first change (SAMZA-2633), at a :class:`ScheduleWakeup`.
+2. A vanished processor of the model in force is *given grace* (``processor_grace_ms``, Helix's
+   delayed rebalance) unless a new processor appeared at its location.
+3. When due (no barrier pending, no grouper running): :class:`RunGrouper`; the adapter answers
+   :class:`GrouperFinished` with containers, or with an error (a timeout included).
+4. An error, or an answer that fails :func:`groupers.validate` or makes checking it raise
+   (``check_answer``), publishes nothing: :class:`GrouperFailed` (I5). A valid answer that would
+   take away every task of the model in force is refused (:class:`ModelRefused`) unless
+   ``allow_dropping_all_tasks``. An answer equal to the model in force is a no-op
+   (:class:`RebalanceSkipped`, SAMZA-2638) unless a newer version timed out since (processors
+   may have stopped tasks for it). Otherwise :class:`PublishJobModel`: version ``latest + 1``,
+   its barrier expecting every processor it names (I1, I2), its deadline counted from
+   :class:`Published` (when the adapter finished publishing), planned against the version in force
+   (``base``), naming who loses a task (:func:`~coordinator.protocol.rules.losing_processors`).
+5. :class:`BarrierUpdated`: when every expected processor joined, :class:`MarkBarrier` DONE and
+   the model is in force. At the deadline (or at once when an expected processor vanished),
+   TIMED_OUT, and it generates again at once from the living (SAMZA-2663). A live processor that
+   let the deadline pass while others joined is *benched* (``Bench``, :class:`ProcessorBenched`):
+   left out of the next models until its cool-down ends or it registers again
+   (:class:`ProcessorReadmitted`), so one silent processor cannot stall every rebalance.
+6. Once a barrier is decided, :class:`RemoveOldVersions` applies retention, never below the
+   model in force (:func:`~coordinator.protocol.rules.retention_floor`).
 
 States. The machine's fields (leader, dirty, running, pending) give one :class:`LeaderState` at a
-time; ``TRANSITIONS`` lists, for each state and event, the states it may move to, and every
-``handle`` checks its own move against it (so does the stateful test).
+time; ``TRANSITIONS`` (beside the vocabulary, in ``leader_events``) lists, for each state and
+event, the states it may move to, and every ``handle`` checks its own move against it (so does
+the stateful test).
 
 Times are seconds (floats) from any monotonic clock; the caller passes ``now`` with each event.
 """
@@ -58,10 +54,11 @@ Times are seconds (floats) from any monotonic clock; the caller passes ``now`` w
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from coordinator.protocol.leader_events import (
+    TRANSITIONS,
     Action,
     BarrierUpdated,
     CoordinatorSettings,
@@ -75,61 +72,39 @@ from coordinator.protocol.leader_events import (
     MarkBarrier,
     MembershipChanged,
     ModelInForce,
+    ModelRefused,
+    ProcessorBenched,
+    ProcessorReadmitted,
     Published,
-    PublishJobModel,
     RebalanceSkipped,
     RemoveOldVersions,
     RunGrouper,
     ScheduleWakeup,
-    TimePassed,
+)
+from coordinator.protocol.leader_policy import (
+    BadAnswer,
+    Bench,
+    PendingBarrier,
+    Vanished,
+    check_answer,
+    debounce_due,
+    drop_all_reason,
+    drops_every_task,
+    grace_until,
+    grouper_metadata,
+    note_vanished,
+    publish_action,
+    task_locations,
 )
 from coordinator.protocol.leader_trigger import RebalanceCause, rebalance_cause
-from coordinator.protocol.rules import losing_processors, retention_floor
-from groupers import GrouperMetadata, InvalidAssignment, validate
-from groupers.measures import tasks_kept_local, tasks_moved, tasks_with_locality
-from metadata.model import BarrierState, ContainerModel, FrozenMap, JobModel, TaskModel
+from coordinator.protocol.rules import retention_floor
+from groupers import GrouperMetadata
+from metadata.model import BarrierState, FrozenMap, JobModel, TaskModel
 
-__all__ = ["TRANSITIONS", "LeaderMachine", "LeaderState"]  # (LeaderState: leader_events)
+__all__ = ["TRANSITIONS", "LeaderMachine", "LeaderState"]  # (both from leader_events)
 
 
 L = LeaderState
-_LEADING = (L.IDLE, L.DEBOUNCING, L.GROUPING, L.BARRIER)
-_AFTER_TICK = frozenset({L.IDLE, L.DEBOUNCING, L.GROUPING})
-
-#: (state, event type) -> the states the event may lead to. Events a follower gets are ignored.
-TRANSITIONS: dict[tuple[LeaderState, type[Event]], frozenset[LeaderState]] = {
-    **{(s, LeadershipGained): frozenset(_LEADING) for s in (L.FOLLOWER, *_LEADING)},
-    **{(s, LeadershipLost): frozenset({L.FOLLOWER}) for s in (L.FOLLOWER, *_LEADING)},
-    **{(s, LocalityChanged): frozenset({s}) for s in _LEADING},
-    **{
-        (s, e): _AFTER_TICK for s in (L.IDLE, L.DEBOUNCING) for e in (MembershipChanged, TimePassed)
-    },
-    **{(L.GROUPING, e): frozenset({L.GROUPING}) for e in (MembershipChanged, TimePassed)},
-    (L.GROUPING, GrouperFinished): frozenset({*_AFTER_TICK, L.BARRIER}),
-    **{(s, BarrierUpdated): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
-    **{(s, GrouperFinished): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.BARRIER)},
-    **{(s, Published): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
-    (L.BARRIER, Published): frozenset({*_AFTER_TICK, L.BARRIER}),
-    **{
-        (L.BARRIER, e): frozenset({*_AFTER_TICK, L.BARRIER})
-        for e in (MembershipChanged, TimePassed, BarrierUpdated)
-    },
-}
-
-
-@dataclass
-class _Pending:
-    model: JobModel
-    expected: frozenset[str]
-    deadline: float
-    published_at: float
-    joined: frozenset[str] = frozenset()
-
-
-@dataclass
-class _Vanished:
-    location: str | None
-    since: float
 
 
 @dataclass
@@ -145,15 +120,19 @@ class LeaderMachine:
     task_locality: dict[str, str] = field(default_factory=dict)
     in_force: JobModel | None = None
     latest_version: int = 0
-    pending: _Pending | None = None
+    pending: PendingBarrier | None = None
     running: int | None = None  # request id of the grouper run in flight
     running_metadata: GrouperMetadata | None = None  # what that run was given
     requests: int = 0
     dirty_since: float | None = None
     last_change: float | None = None
-    vanished: dict[str, _Vanished] = field(default_factory=dict)
+    vanished: dict[str, Vanished] = field(default_factory=dict)
+    bench: Bench = field(init=False)
     retry: bool = False  # the last barrier timed out: the next grouper run is its retry
     running_cause: RebalanceCause | None = None  # why the grouper in flight runs
+
+    def __post_init__(self) -> None:
+        self.bench = Bench(self.settings.exclusion_s)
 
     # ------------------------------------------------------------------------ entry point
 
@@ -166,6 +145,11 @@ class LeaderMachine:
         if self.running is not None:
             return L.GROUPING
         return L.IDLE if self.dirty_since is None else L.DEBOUNCING
+
+    @property
+    def eligible(self) -> dict[str, str]:
+        """The live processors a new model may name: every one not benched."""
+        return self.bench.eligible(self.processors)
 
     def handle(self, event: Event) -> list[Action]:
         before = self.state
@@ -207,6 +191,7 @@ class LeaderMachine:
         self.dirty_since = None
         self.last_change = None
         self.vanished.clear()
+        self.bench.clear()
         self.retry, self.running_cause = False, None
 
     def _gain(self, event: LeadershipGained) -> list[Action]:
@@ -228,12 +213,9 @@ class LeaderMachine:
         ):
             # A rebalance was in flight when the previous leader went: see it through.
             expected = frozenset(latest.containers)
-            self.pending = _Pending(
-                latest,
-                expected,
-                deadline=event.now + self.settings.barrier_timeout_s,
-                published_at=event.now,
-                joined=event.latest_participants,
+            deadline = event.now + self.settings.barrier_timeout_s
+            self.pending = PendingBarrier(
+                latest, expected, deadline, event.now, event.latest_participants
             )
             actions += self._barrier(
                 BarrierUpdated(event.now, latest.version, event.latest_participants)
@@ -247,36 +229,28 @@ class LeaderMachine:
         if dict(processors) == self.processors:
             return
         self.processors = dict(processors)
+        self._dirty(now)
+        self._note_vanished(now)
+
+    def _dirty(self, now: float) -> None:
         if self.dirty_since is None:
             self.dirty_since = now
         self.last_change = now
-        self._note_vanished(now)
 
     def _note_vanished(self, now: float) -> None:
-        """Track processors of the model in force that are gone (for the grace period)."""
-        owners = self.in_force.containers if self.in_force else {}
-        for pid, container in owners.items():
-            if pid in self.processors:
-                self.vanished.pop(pid, None)
-            elif pid not in self.vanished and container.tasks:
-                self.vanished[pid] = _Vanished(container.location_id, now)
-        for pid in list(self.vanished):
-            if pid not in owners:
-                del self.vanished[pid]
+        note_vanished(self.vanished, self.in_force, self.processors, now)
 
     def _barrier(self, event: BarrierUpdated) -> list[Action]:
         pending = self.pending
         if pending is None or event.version != pending.model.version:
             return []
         pending.joined = frozenset(event.participants)
+        self.bench.joined(pending.joined)
         if pending.expected <= pending.joined:
             self.pending = None
             self.in_force = pending.model
             # The processors now write their tasks' locations (I4): the same as the model's.
-            for container in pending.model.containers.values():
-                if container.location_id:
-                    for name in container.tasks:
-                        self.task_locality[name] = container.location_id
+            self.task_locality.update(task_locations(pending.model))
             self._note_vanished(event.now)
             return [
                 MarkBarrier(
@@ -292,40 +266,40 @@ class LeaderMachine:
             return []  # an answer to a request this leadership did not make
         metadata, cause = self.running_metadata, self.running_cause
         self.running = self.running_metadata = self.running_cause = None
-        if dict(metadata.processor_locality) != self.processors:
+        if dict(metadata.processor_locality) != self.eligible:
             # Membership changed while the grouper ran: its answer is stale, not wrong. The job
             # is dirty again, so the next tick generates from the current membership.
             return [RebalanceSkipped("membership changed while the grouper ran")]
         if event.error is not None:
             return [GrouperFailed(event.request, event.error)]
         try:
-            validate(self.tasks, metadata, event.containers)
-        except InvalidAssignment as exc:
+            containers = check_answer(self.tasks, metadata, event.containers)
+        except BadAnswer as exc:
             return [GrouperFailed(event.request, str(exc))]
-        assert isinstance(event.containers, Collection)
-        containers: dict[str, ContainerModel] = {c.processor_id: c for c in event.containers}
         candidate = JobModel(self.latest_version + 1, FrozenMap(containers), FrozenMap(self.config))
-        if self.in_force is not None and candidate.same_assignment(self.in_force):
+        in_force = self.in_force
+        unchanged = in_force is not None and candidate.same_assignment(in_force)
+        if unchanged and in_force is not None and self.latest_version == in_force.version:
             return [RebalanceSkipped("the new assignment equals the model in force")]
+        if drops_every_task(in_force, candidate) and not self.settings.allow_dropping_all_tasks:
+            assert in_force is not None
+            return [ModelRefused(event.request, drop_all_reason(in_force, candidate))]
+        return [self._publish(candidate, metadata, event.now, cause)]
+
+    def _publish(
+        self,
+        candidate: JobModel,
+        metadata: GrouperMetadata,
+        now: float,
+        cause: RebalanceCause | None,
+    ) -> Action:
         self.latest_version = candidate.version
         # No deadline until the adapter reports the publish done (``Published``).
-        self.pending = _Pending(candidate, frozenset(containers), math.inf, event.now)
-        previous = metadata.previous_task_to_processor
-        owner = candidate.task_to_processor()
-        recorded = self.task_locality
-        in_force = self.in_force
-        return [
-            PublishJobModel(
-                candidate,
-                frozenset(containers),
-                base=in_force.version if in_force else None,
-                losing=losing_processors(in_force, candidate) if in_force else frozenset(),
-                moved=tasks_moved(previous, owner),
-                locality_kept=tasks_kept_local(owner, self.processors, recorded),
-                with_locality=tasks_with_locality(owner, recorded),
-                cause=cause.answered(event.now) if cause else None,
-            )
-        ]
+        self.pending = PendingBarrier(candidate, frozenset(candidate.containers), math.inf, now)
+        action = publish_action(
+            candidate, self.in_force, metadata, self.processors, self.task_locality
+        )
+        return replace(action, cause=cause.answered(now) if cause else None)
 
     def _published(self, event: Published) -> list[Action]:
         pending = self.pending
@@ -342,40 +316,43 @@ class LeaderMachine:
         )
 
     def _metadata(self) -> GrouperMetadata:
-        previous = self.in_force.task_to_processor() if self.in_force else {}
-        ssps = (
-            {name: task.partitions for name, task in self.in_force.tasks.items()}
-            if self.in_force
-            else {}
-        )
-        return GrouperMetadata(
-            processor_locality=dict(self.processors),
-            task_locality=dict(self.task_locality),
-            previous_task_to_processor=previous,
-            previous_task_to_ssps=ssps,
-        )
+        return grouper_metadata(self.in_force, self.eligible, self.task_locality)
 
-    def _due(self) -> float | None:
-        """When the dirty job should be rebalanced (None: it is not dirty)."""
-        if self.dirty_since is None or self.last_change is None:
+    def _due(self, now: float) -> float | None:
+        """When the dirty job should be rebalanced (None: it is not dirty), grace included."""
+        s = self.settings
+        due = debounce_due(self.dirty_since, self.last_change, s.debounce_s, s.debounce_max_s)
+        if due is None:
             return None
-        quiet = self.last_change + self.settings.debounce_s
-        cap = self.dirty_since + max(self.settings.debounce_max_s, self.settings.debounce_s)
-        return min(quiet, cap)
+        known = self.in_force.containers if self.in_force else {}
+        wait = grace_until(self.vanished, self.processors, known, s.processor_grace_s, now)
+        return due if wait is None else max(due, wait)
 
-    def _grace_until(self, now: float) -> float | None:
-        """Until when vanished processors' tasks wait (None: nobody is waited for)."""
-        grace = self.settings.processor_grace_s
-        if grace <= 0 or not self.vanished:
-            return None
-        known = set(self.in_force.containers) if self.in_force else set()
-        new_locations = {loc for pid, loc in self.processors.items() if pid not in known}
-        waits = [
-            v.since + grace
-            for v in self.vanished.values()
-            if v.since + grace > now and v.location not in new_locations
+    def _time_out(self, pending: PendingBarrier, now: float) -> list[Action]:
+        """Mark the pending barrier TIMED_OUT, bench who let its deadline pass (when others
+        joined), and make the job due at once."""
+        self.pending = None
+        actions: list[Action] = [
+            MarkBarrier(pending.model.version, BarrierState.TIMED_OUT, now - pending.published_at),
+            self._retention(),
         ]
-        return max(waits) if waits else None
+        if now >= pending.deadline and pending.joined:
+            missing = pending.expected - pending.joined
+            benched = self.bench.missed(missing, self.processors, now)
+            actions += [
+                ProcessorBenched(pid, pending.model.version, misses, until)
+                for pid, (misses, until) in benched.items()
+            ]
+        settle = max(self.settings.debounce_s, self.settings.debounce_max_s)
+        self.dirty_since = self.last_change = now - settle
+        self.retry = True
+        return actions
+
+    def _readmit(self, now: float) -> list[Action]:
+        released = self.bench.release(self.processors, now)
+        if any(pid in self.processors for pid in released):
+            self._dirty(now)
+        return [ProcessorReadmitted(pid, why) for pid, why in released.items()]
 
     def _tick(self, now: float) -> list[Action]:
         actions: list[Action] = []
@@ -385,33 +362,25 @@ class LeaderMachine:
         ):
             # The deadline passed, or a processor the barrier waits for is gone (it cannot join):
             # time out now and generate again at once from the processors still alive.
-            self.pending = None
-            elapsed = now - pending.published_at
-            actions += [
-                MarkBarrier(pending.model.version, BarrierState.TIMED_OUT, elapsed),
-                self._retention(),
-            ]
-            settle = max(self.settings.debounce_s, self.settings.debounce_max_s)
-            self.dirty_since = self.last_change = now - settle
-            self.retry = True
+            actions += self._time_out(pending, now)
+        actions += self._readmit(now)
+        release = self.bench.next_release()
+        if release is not None:
+            actions.append(ScheduleWakeup(release))
         if self.pending is not None:
             deadline = self.pending.deadline  # infinite until Published
             return [*actions, ScheduleWakeup(deadline)] if deadline < math.inf else actions
         if self.running is not None:
             return actions
-        due = self._due()
+        due = self._due(now)
         if due is None:
             return actions
-        grace_until = self._grace_until(now)
-        if grace_until is not None:
-            due = max(due, grace_until)
         if now < due:
             return [*actions, ScheduleWakeup(due)]
-        if not self.processors:
-            self.dirty_since = self.last_change = None
-            return [*actions, RebalanceSkipped("no live processor")]
         cause = rebalance_cause(now, self, [v.since for v in self.vanished.values()])
         self.dirty_since = self.last_change = None
+        if not self.eligible:
+            return [*actions, RebalanceSkipped("no live processor")]
         self.retry, self.running_cause = False, cause
         self.requests += 1
         self.running = self.requests

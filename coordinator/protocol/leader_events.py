@@ -1,5 +1,6 @@
-"""The vocabulary of the leader machine (:mod:`coordinator.protocol.leader`): its settings, the
-events the adapter feeds it and the actions it returns. Plain frozen data, no behaviour."""
+"""The vocabulary of the leader machine (:mod:`coordinator.protocol.leader`): its states and the
+table of their transitions, its settings, the events the adapter feeds it and the actions it
+returns. Plain frozen data, no behaviour."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from groupers import GrouperMetadata
 from metadata.model import BarrierState, JobModel, TaskModel
 
 __all__ = [
+    "TRANSITIONS",
     "Action",
     "BarrierUpdated",
     "CoordinatorSettings",
@@ -26,6 +28,9 @@ __all__ = [
     "MembershipChanged",
     "ModelInForce",
     "Published",
+    "ModelRefused",
+    "ProcessorBenched",
+    "ProcessorReadmitted",
     "PublishJobModel",
     "RebalanceSkipped",
     "RemoveOldVersions",
@@ -50,6 +55,10 @@ class CoordinatorSettings:
     barrier_timeout_s: float = 30.0
     processor_grace_s: float = 0.0
     retention: int = 10  # job-model versions (and barriers) kept once a barrier is decided
+    # A model that takes away every task of the model in force is refused unless this is set.
+    allow_dropping_all_tasks: bool = False
+    # A processor that misses a barrier is left out of the models this long (0: never).
+    exclusion_s: float = 300.0
 
 
 # ------------------------------------------------------------------------------------ events
@@ -185,6 +194,30 @@ class RebalanceSkipped:
     reason: str
 
 
+@dataclass(frozen=True)
+class ModelRefused:
+    """A valid answer the machine will not publish (it would stop every running task)."""
+
+    request: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProcessorBenched:
+    """``processor_id`` missed barrier ``version``: left out of the models until ``until``."""
+
+    processor_id: str
+    version: int
+    misses: int
+    until: float
+
+
+@dataclass(frozen=True)
+class ProcessorReadmitted:
+    processor_id: str
+    reason: str
+
+
 Action = (
     RunGrouper
     | PublishJobModel
@@ -194,4 +227,36 @@ Action = (
     | ScheduleWakeup
     | GrouperFailed
     | RebalanceSkipped
+    | ModelRefused
+    | ProcessorBenched
+    | ProcessorReadmitted
 )
+
+
+# --------------------------------------------------------------------------- transitions
+
+L = LeaderState
+_LEADING = (L.IDLE, L.DEBOUNCING, L.GROUPING, L.BARRIER)
+_AFTER_TICK = frozenset({L.IDLE, L.DEBOUNCING, L.GROUPING})
+
+#: (state, event type) -> the states the event may lead to. Events a follower gets are ignored.
+#: A benched processor let back in (cool-down over, registered again) makes an IDLE job dirty:
+#: TimePassed and MembershipChanged may lead from IDLE to DEBOUNCING or GROUPING.
+TRANSITIONS: dict[tuple[LeaderState, type[Event]], frozenset[LeaderState]] = {
+    **{(s, LeadershipGained): frozenset(_LEADING) for s in (L.FOLLOWER, *_LEADING)},
+    **{(s, LeadershipLost): frozenset({L.FOLLOWER}) for s in (L.FOLLOWER, *_LEADING)},
+    **{(s, LocalityChanged): frozenset({s}) for s in _LEADING},
+    **{
+        (s, e): _AFTER_TICK for s in (L.IDLE, L.DEBOUNCING) for e in (MembershipChanged, TimePassed)
+    },
+    **{(L.GROUPING, e): frozenset({L.GROUPING}) for e in (MembershipChanged, TimePassed)},
+    (L.GROUPING, GrouperFinished): frozenset({*_AFTER_TICK, L.BARRIER}),
+    **{(s, BarrierUpdated): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
+    **{(s, GrouperFinished): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.BARRIER)},
+    **{(s, Published): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
+    (L.BARRIER, Published): frozenset({*_AFTER_TICK, L.BARRIER}),
+    **{
+        (L.BARRIER, e): frozenset({*_AFTER_TICK, L.BARRIER})
+        for e in (MembershipChanged, TimePassed, BarrierUpdated)
+    },
+}

@@ -179,3 +179,55 @@ def test_a_bad_config_exits_2_naming_the_key(tmp_path: Path, extra: str, key: st
     assert len(lines) == 1, done.stderr
     assert key in lines[0], lines[0]
     assert done.stdout == ""
+
+
+def log_events(log: Path, event: str) -> list[dict[str, object]]:
+    return [
+        json.loads(line)
+        for line in log.read_text().splitlines()
+        if line.startswith("{") and f'"{event}"' in line
+    ]
+
+
+def test_wrong_credentials_back_off_name_the_path_and_are_not_ready(
+    zk_private_server: ZooKeeperServer, processes: Processes, tmp_path: Path
+) -> None:
+    """Issue 15 item 9: a replica whose credentials ZooKeeper refuses used to log
+    ``election_interrupted error="NoAuthError()"`` (no path) every 0.5 s forever while /readyz
+    answered 200. It names the election path, backs off (growing waits, bounded) and is not
+    ready; the replica with the right credentials stays ready and leads."""
+    good = write_config(tmp_path / "good.yaml", zk_private_server.hosts).read_text()
+    good = good.replace("connect_timeout_ms: 10000}", "connect_timeout_ms: 10000, auth: 'u:right'}")
+    (tmp_path / "good.yaml").write_text(good)
+    (tmp_path / "wrong.yaml").write_text(good.replace("u:right", "u:wrong"))
+    first = processes.start(
+        "coordinator-good", "coordinator", "run", "--config", str(tmp_path / "good.yaml")
+    )
+    leader = processes.http_port(*first)
+    wait_for(lambda: metric(leader, "affinity_is_leader 1.0"), 20, "the replica to lead")
+
+    wrong, wrong_log = processes.start(
+        "coordinator-wrong", "coordinator", "run", "--config", str(tmp_path / "wrong.yaml")
+    )
+    port = processes.http_port(wrong, wrong_log)
+    wait_for(lambda: len(log_events(wrong_log, "coordinator.election_interrupted")) >= 1, 20, "")
+    started = time.monotonic()
+    wait_for(lambda: get(port, "/readyz") == (503, "not ready\n"), 10, "not ready")
+    time.sleep(max(0.0, 6.0 - (time.monotonic() - started)))
+    assert get(port, "/readyz") == (503, "not ready\n")
+    assert get(port, "/healthz")[0] == 200  # alive: restarting it would not help
+    records = log_events(wrong_log, "coordinator.election_interrupted")
+    # At a fixed 0.5 s that was 12 or more in 6 s; backing off 0.5, 1, 2, 4 s...: a handful.
+    assert 2 <= len(records) <= 6, records
+    for record in records:
+        assert record["path"] == "/affinity/health-1/leader/election", record
+        assert "NoAuth" in str(record["error"]) and "zookeeper.auth" in str(record["error"])
+    waits = [float(record["retry_in_s"]) for record in records]  # type: ignore[arg-type]
+    assert waits[-1] > waits[0] and max(waits) <= 30.0, waits
+    assert metric(port, "affinity_is_leader 0.0")
+    _, body = get(port, "/metrics")
+    assert any(
+        line.startswith('affinity_leadership_failures_total{reason="election"}')
+        for line in body.splitlines()
+    )
+    assert get(leader, "/readyz") == (200, "ready\n")

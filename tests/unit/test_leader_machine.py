@@ -1,11 +1,13 @@
 """The coordinator's state machine, driven by random event sequences (hypothesis stateful).
 
 The harness plays the adapter: it records what is published and marked, answers grouper
-requests (with host-affinity, or with a grouper that raises, times out or returns nonsense),
-reports each publish done (``Published``) after a publish time a rule draws (up to three barrier
-timeouts: a large model publishes slowly), and checks invariants I1, I2, I3 (the coordinator's
-side) and I5 after every step, and that a barrier times out only a full barrier timeout after
-its publish completed, or at once when a processor it expects vanished before joining.
+requests (with host-affinity, or with a grouper that raises, times out, returns nonsense or an
+answer that makes checking it raise), reports each publish done (``Published``) after a publish
+time a rule draws (up to three barrier timeouts: a large model publishes slowly), lets some
+processors go silent (registered, never joining a barrier), and checks invariants I1, I2, I3
+(the coordinator's side) and I5 after every step; that a barrier times out only a full barrier
+timeout after its publish completed, or at once when a processor it expects vanished before
+joining; and that a benched processor is named by no model published while it is benched.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from coordinator.protocol.leader import LeaderMachine
+from coordinator.protocol.leader import LeaderMachine, LeaderState
 from coordinator.protocol.leader_events import (
     Action,
     BarrierUpdated,
@@ -28,6 +30,9 @@ from coordinator.protocol.leader_events import (
     LeadershipLost,
     MarkBarrier,
     MembershipChanged,
+    ModelRefused,
+    ProcessorBenched,
+    ProcessorReadmitted,
     Published,
     PublishJobModel,
     RebalanceSkipped,
@@ -71,6 +76,19 @@ class Store:
         return done[-1] if done else None
 
 
+class RaisingIterable:
+    """An answer whose ``__iter__`` raises."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> object:
+        raise RuntimeError("iterating the answer failed")
+
+    def __contains__(self, item: object) -> bool:
+        raise RuntimeError("membership test failed")
+
+
 class CoordinatorMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -87,6 +105,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.publish_s = 0.0  # how long the next publishes take
         self.deadline_from: dict[int, float] = {}  # version -> when its barrier clock started
         self.joined: dict[int, frozenset[str]] = {}
+        self.silent: set[str] = set()  # registered, never join a barrier
+        self.benched: dict[str, float] = {}  # what the machine said: processor -> until
 
     # ---------------------------------------------------------------- the adapter's part
 
@@ -116,6 +136,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 # I1: every task exactly once, only to processors alive when generated.
                 assert self.answering is not None
                 validate(TASKS, self.answering.metadata, action.model.containers.values())
+                assert not set(action.model.containers) & set(self.benched)
                 # The early-join rule's premise: whoever is not losing keeps every task.
                 before = self.in_force_before
                 assert action.base == (before.version if before else None)
@@ -141,6 +162,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert in_force is None or action.below <= in_force.version
             elif isinstance(action, GrouperFailed):
                 self.failed_this_step = True
+            elif isinstance(action, ProcessorBenched):
+                # Only a live processor the barrier expected and that did not join is benched.
+                assert action.processor_id in self.live
+                assert self.store.barrier.get(action.version) == BarrierState.TIMED_OUT
+                assert action.until > self.now
+                self.benched[action.processor_id] = action.until
+            elif isinstance(action, ProcessorReadmitted):
+                assert action.processor_id in self.benched
+                del self.benched[action.processor_id]
             else:
                 assert isinstance(action, ScheduleWakeup | RebalanceSkipped | object)
         return follow
@@ -149,7 +179,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         """The deadline counts from the publish's completion (or from the gain of leadership
         for a barrier inherited NEW); a barrier waiting for a vanished processor goes at once."""
         model = next(m for m in self.store.models if m.version == action.version)
-        vanished = set(model.containers) - set(self.live) - self.joined.get(action.version, set())
+        # A dead processor's participant node goes with its session: joined or not, it is gone.
+        vanished = set(model.containers) - set(self.live)
         started = self.deadline_from[action.version]
         assert vanished or self.now - started >= SETTINGS.barrier_timeout_s - 1e-9, (
             f"barrier {action.version} timed out {self.now - started:.2f} s after its publish"
@@ -161,8 +192,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def gain_leadership(self) -> None:
         latest = self.store.latest()
         self.outstanding = None
+        participants: frozenset[str] = frozenset()
         if latest is not None and self.store.barrier.get(latest.version) == BarrierState.NEW:
             self.deadline_from[latest.version] = self.now  # the new leader's clock starts
+            # What ZooKeeper still holds: the ephemeral participant nodes of the living.
+            joined = self.joined.get(latest.version, frozenset())
+            participants = frozenset(p for p in joined if p in self.live)
+            self.joined[latest.version] = participants
+        self.benched.clear()
         self.feed(
             LeadershipGained(
                 self.now,
@@ -170,6 +207,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 {},
                 latest=latest,
                 latest_barrier=self.store.barrier.get(latest.version) if latest else None,  # type: ignore[arg-type]
+                latest_participants=participants,
                 in_force=self.store.in_force(),
             )
         )
@@ -178,6 +216,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def lose_leadership(self) -> None:
         self.feed(LeadershipLost(self.now))
         self.outstanding = None
+        self.benched.clear()  # a new leadership starts with nobody benched
         # The new leader will find a NEW barrier; it may also time it out itself.
 
     @rule(location=st.sampled_from(LOCATIONS))
@@ -202,6 +241,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.next_id += 1
         self.feed(MembershipChanged(self.now, dict(self.live)))
 
+    @precondition(lambda self: len(self.live) > 1)
+    @rule(index=st.integers(0, 10))
+    def processor_goes_silent(self, index: int) -> None:
+        self.silent.add(sorted(self.live)[index % len(self.live)])
+
     @rule(seconds=st.floats(0.1, 12.0))
     def time_passes(self, seconds: float) -> None:
         self.now += seconds
@@ -218,7 +262,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         latest = self.store.latest()
         assert latest is not None
         expected = set(latest.containers)
-        joined = {p for p in expected if p in self.live}
+        joined = {p for p in expected if p in self.live and p not in self.silent}
         if not everyone and joined:
             joined.discard(sorted(joined)[0])
         self.joined[latest.version] = frozenset(joined)
@@ -227,7 +271,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.outstanding is not None)
     @rule(
         kind=st.sampled_from(
-            ["good", "good", "good", "raises", "timeout", "drops-a-task", "not-a-set"]
+            [
+                "good",
+                "good",
+                "good",
+                "raises",
+                "timeout",
+                "drops-a-task",
+                "not-a-set",
+                "validate-raises",
+                "iter-raises",
+            ]
         )
     )
     def grouper_answers(self, kind: str) -> None:
@@ -252,6 +306,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 FrozenMap(dict(list(first.tasks.items())[1:])),
             )
             containers = (good - {first}) | {trimmed}
+        elif kind == "validate-raises":
+            # A list as processor id: validate() itself raises TypeError (unhashable).
+            good = HostAffinityGrouper().group(request.tasks, request.metadata)
+            containers = [*good, ContainerModel(["x"], "x", {})]  # type: ignore[arg-type]
+        elif kind == "iter-raises":
+            containers = RaisingIterable()
         else:
             containers = "nonsense"
         stale = dict(request.metadata.processor_locality) != self.live
@@ -486,3 +546,116 @@ def test_a_slow_publish_still_times_out_a_full_timeout_after_it_completed() -> N
     assert not any(isinstance(a, MarkBarrier) for a in core.handle(TimePassed(22.0)))
     assert MarkBarrier(version, BarrierState.TIMED_OUT, 10.0) in core.handle(TimePassed(22.5))
     assert core.handle(Published(23.0, version)) == []  # late: the barrier is decided
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param("list-id", id="validate-raises-TypeError"),
+        pytest.param("iter-raises", id="__iter__-raises"),
+    ],
+)
+def test_an_answer_that_makes_checking_it_raise_is_an_invalid_answer(answer: str) -> None:
+    """Issue 15 item 3: validate() raising (a list as processor id) or an answer whose __iter__
+    raises is a GrouperFailed (logged and counted by the service), never an exception."""
+    core = leader({"p-0": "h"}, debounce_s=0.0)
+    published = run_to_publish(core, 0.0)
+    core.handle(BarrierUpdated(0.5, published.model.version, frozenset({"p-0"})))
+    core.handle(MembershipChanged(1.0, {"p-0": "h", "p-1": "h"}))
+    core.handle(TimePassed(1.0))
+    request = core.last_request
+    assert request is not None and core.running == request.request
+    good = HostAffinityGrouper().group(request.tasks, request.metadata)
+    bad: object = (
+        [*good, ContainerModel(["x"], "x", {})]  # type: ignore[arg-type]
+        if answer == "list-id"
+        else RaisingIterable()
+    )
+    actions = core.handle(GrouperFinished(1.0, request.request, bad))
+    failed = [a for a in actions if isinstance(a, GrouperFailed)]
+    assert len(failed) == 1 and "raised" in failed[0].reason
+    assert not any(isinstance(a, PublishJobModel) for a in actions)
+    assert core.in_force == published.model
+
+
+def test_a_model_that_drops_every_task_in_force_is_refused_unless_allowed() -> None:
+    """Issue 15 item 7: a replica whose config has no tasks (no inputs) would publish an empty
+    model and stop every running task; the machine refuses it unless the operator allows it."""
+    running = JobModel(
+        3,
+        FrozenMap({"p-0": ContainerModel("p-0", "h", FrozenMap({t.name: t for t in TASKS}))}),
+    )
+    for allowed in (False, True):
+        core = Leader((), CoordinatorSettings(debounce_s=0.0, allow_dropping_all_tasks=allowed))
+        core.handle(
+            LeadershipGained(
+                0.0,
+                {"p-0": "h", "p-1": "h"},
+                {},
+                latest=running,
+                latest_barrier=BarrierState.DONE,
+                in_force=running,
+            )
+        )
+        request = core.last_request
+        assert request is not None
+        answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+        actions = core.handle(GrouperFinished(0.0, request.request, answer))
+        refused = [a for a in actions if isinstance(a, ModelRefused)]
+        published = [a for a in actions if isinstance(a, PublishJobModel)]
+        if allowed:
+            assert published and not refused
+        else:
+            assert not published and "allow_dropping_all_tasks" in refused[0].reason
+            assert core.in_force == running and core.state == LeaderState.IDLE
+
+
+def test_a_processor_that_misses_a_barrier_is_benched_then_readmitted() -> None:
+    """Issue 15 "Also": a registered processor that never joins is left out of the next model
+    (one timeout, not one per rebalance) and let back in when its cool-down ends."""
+    core = leader(
+        {"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0, exclusion_s=60.0
+    )
+    first = run_to_publish(core, 0.0)
+    core.handle(BarrierUpdated(1.0, first.model.version, frozenset({"p-0", "p-1"})))
+    core.handle(MembershipChanged(2.0, {"p-0": "h", "p-1": "h", "silent": "h"}))
+    second = run_to_publish(core, 2.0)
+    assert "silent" in second.model.containers
+    core.handle(BarrierUpdated(3.0, second.model.version, frozenset({"p-0", "p-1"})))
+    actions = core.handle(TimePassed(12.0))
+    assert ProcessorBenched("silent", second.model.version, 1, 72.0) in actions
+    request = next(a for a in actions if isinstance(a, RunGrouper))
+    assert set(request.metadata.processor_locality) == {"p-0", "p-1"}
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    # The answer equals the model in force, but v2 timed out (p-0 and p-1 stopped tasks for
+    # it): it is published, not skipped.
+    third = next(
+        a
+        for a in core.handle(GrouperFinished(12.0, request.request, answer))
+        if isinstance(a, PublishJobModel)
+    )
+    assert set(third.model.containers) == {"p-0", "p-1"}
+    core.handle(BarrierUpdated(12.5, third.model.version, frozenset({"p-0", "p-1"})))
+    assert core.state == LeaderState.IDLE
+    actions = core.handle(TimePassed(72.0))
+    assert ProcessorReadmitted("silent", "its cool-down ended") in actions
+    assert any(isinstance(a, RunGrouper) for a in actions)
+
+
+def test_a_benched_processor_that_registers_again_is_readmitted_at_once() -> None:
+    core = leader({"p-0": "h", "s": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
+    first = run_to_publish(core, 0.0)
+    core.handle(BarrierUpdated(1.0, first.model.version, frozenset({"p-0"})))
+    actions = core.handle(TimePassed(10.0))
+    assert any(isinstance(a, ProcessorBenched) for a in actions)
+    core.handle(MembershipChanged(11.0, {"p-0": "h"}))
+    actions = core.handle(MembershipChanged(11.5, {"p-0": "h", "s": "h"}))
+    assert core.bench.until == {}
+
+
+def test_nobody_is_benched_when_nobody_joined() -> None:
+    """Every processor missing the deadline is not one silent processor: bench nobody."""
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
+    run_to_publish(core, 0.0)
+    actions = core.handle(TimePassed(10.0))
+    assert not any(isinstance(a, ProcessorBenched) for a in actions)

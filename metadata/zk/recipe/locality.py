@@ -16,7 +16,7 @@ invariant I4).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kazoo.protocol.states import ZnodeStat
 
@@ -76,8 +76,13 @@ class TaskLocalityStore:
 
     # ---------------------------------------------------------------- reading
 
-    def read(self) -> dict[str, str]:
-        """Task name -> location id, for this run (empty for a run that has written nothing)."""
+    def read(
+        self, *, on_corrupt: Callable[[CorruptDataError], None] | None = None
+    ) -> dict[str, str]:
+        """Task name -> location id, for this run (empty for a run that has written nothing).
+
+        A corrupt entry raises :class:`CorruptDataError`; with ``on_corrupt``, it is reported
+        there instead and left out (the task reads as having no recorded location)."""
         for _ in range(self._max_attempts):
             marker = self._marker()
             if marker is None or marker[0] != self._run_id:
@@ -90,7 +95,12 @@ class TaskLocalityStore:
                 entry = found.get(path)
                 if entry is None:
                     continue  # deleted between listing and reading
-                locality[decode_name(name, path)] = self._decode_location(path, entry[0])
+                try:
+                    locality[decode_name(name, path)] = self._decode_location(path, entry[0])
+                except CorruptDataError as exc:
+                    if on_corrupt is None:
+                        raise
+                    on_corrupt(exc)
             again = self._marker()
             if again is not None and again[1].version == marker[1].version:
                 return locality

@@ -1,0 +1,114 @@
+"""How a grouper's inputs and answer cross to its worker process, cheaply.
+
+Pickling the model types as they are costs about a second at 10,000 tasks (every frozen,
+slotted dataclass goes through Python-level reduce and ``__init__``). The job's tasks do not
+change between rebalances, so the worker receives them once and keeps them; each request then
+carries the metadata as plain dicts, and the answer comes back as ``(processor id, location id,
+task names)`` per container, rebuilt here from the same task objects. Anything else (an answer
+that is not a collection of ``ContainerModel`` holding the job's own tasks) travels as it is,
+so the leader machine checks exactly what the grouper returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, cast
+
+from groupers import GrouperMetadata
+from metadata.model import ContainerModel, FrozenMap, SystemStreamPartition, TaskModel
+
+__all__ = [
+    "decode_answer",
+    "decode_metadata",
+    "decode_tasks",
+    "encode_answer",
+    "encode_metadata",
+    "encode_tasks",
+]
+
+_SSPS = "previous_task_to_ssps"
+_Ssp = tuple[str, str, int, int]
+
+
+def encode_tasks(tasks: tuple[TaskModel, ...]) -> list[tuple[str, list[_Ssp], int]]:
+    return [(t.name, _ssps(t.partitions), t.changelog_partition) for t in tasks]
+
+
+def decode_tasks(encoded: list[tuple[str, list[_Ssp], int]]) -> tuple[TaskModel, ...]:
+    return tuple(
+        TaskModel(name, frozenset(SystemStreamPartition(*p) for p in ssps), changelog)
+        for name, ssps, changelog in encoded
+    )
+
+
+def _same_partitions(task: TaskModel | None, ssps: frozenset[SystemStreamPartition]) -> bool:
+    return task is not None and (task.partitions is ssps or task.partitions == ssps)
+
+
+def _ssps(ssps: frozenset[SystemStreamPartition]) -> list[_Ssp]:
+    return [(p.system, p.stream, p.partition, p.key_bucket) for p in ssps]
+
+
+def encode_metadata(metadata: GrouperMetadata, known: Mapping[str, TaskModel]) -> dict[str, Any]:
+    """The metadata as plain dicts; a task's previous partitions are None when they are the
+    task's own (the usual case)."""
+    encoded: dict[str, Any] = {}
+    for f in fields(metadata):
+        value = getattr(metadata, f.name)
+        if f.name == _SSPS:
+            encoded[f.name] = {
+                name: None if _same_partitions(known.get(name), ssps) else _ssps(ssps)
+                for name, ssps in value.items()
+            }
+        elif isinstance(value, Mapping):
+            encoded[f.name] = dict(value.items())
+        else:
+            encoded[f.name] = value
+    return encoded
+
+
+def decode_metadata(encoded: dict[str, Any], known: Mapping[str, TaskModel]) -> GrouperMetadata:
+    values = dict(encoded)
+    values[_SSPS] = FrozenMap(
+        {
+            name: known[name].partitions
+            if ssps is None
+            else frozenset(SystemStreamPartition(*p) for p in ssps)
+            for name, ssps in encoded.get(_SSPS, {}).items()
+        }
+    )
+    return GrouperMetadata(**values)
+
+
+def encode_answer(answer: object, known: Mapping[str, TaskModel]) -> tuple[str, object]:
+    """``("containers", (kind, [(pid, location, names)]))`` when the answer is a set or list of
+    ContainerModel holding the job's own tasks; else ``("raw", answer)``."""
+    try:
+        if type(answer) not in (set, frozenset, list, tuple):
+            return "raw", answer
+        rows = []
+        for container in answer:  # type: ignore[attr-defined]
+            if type(container) is not ContainerModel:
+                return "raw", answer
+            for name, task in container.tasks.items():
+                mine = known.get(name)
+                if mine is not task and mine != task:
+                    return "raw", answer
+            rows.append((container.processor_id, container.location_id, list(container.tasks)))
+        return "containers", (type(answer).__name__, rows)
+    except Exception:  # an odd answer: the leader machine will say what is wrong with it
+        return "raw", answer
+
+
+def decode_answer(kind: str, payload: object, known: Mapping[str, TaskModel]) -> object:
+    if kind != "containers":
+        return payload
+    collection, rows = cast(tuple[str, list[tuple[str, str | None, list[str]]]], payload)
+    containers = [
+        ContainerModel(pid, location, FrozenMap({name: known[name] for name in names}))
+        for pid, location, names in rows
+    ]
+    if collection in ("set", "frozenset"):
+        return set(containers) if collection == "set" else frozenset(containers)
+    return containers if collection == "list" else tuple(containers)

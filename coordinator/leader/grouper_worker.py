@@ -1,0 +1,218 @@
+"""The grouper in a worker process the coordinator can stop (invariant I5).
+
+A grouper is pure Python: in a thread, one that holds the GIL (``sum(range(10**10))``) cannot be
+stopped, starves ``/metrics`` and the ZooKeeper session, and its late answer would still be
+published. :class:`GrouperWorker` therefore runs it in a separate process:
+
+- the process is started once (``forkserver`` context, :mod:`groupers` preloaded, so a restart
+  is a fork) and stays warm: a rebalance pays pickling its inputs and its answer, not a process
+  start. It loads the grouper by name (``groupers.get_grouper(name, **options)``, plugins
+  included) or unpickles the instance it was given;
+- :meth:`GrouperWorker.run` sends the tasks and the metadata and waits at most the time limit.
+  At the deadline the process is killed (SIGKILL) and reaped, and the run is a timeout: no
+  answer can arrive after its deadline, and no thread is left behind. The next run starts a
+  fresh process;
+- whatever the grouper raises, ``SystemExit`` and ``KeyboardInterrupt`` included, comes back as
+  ``"<type>: <message>"``; a worker that dies (``os._exit``, a crash) is reported with its exit
+  code and replaced.
+
+The answer comes back as the grouper returned it (pickled); checking it is the leader machine's
+job (:func:`coordinator.protocol.leader_policy.check_answer`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from coordinator.leader.grouper_wire import (
+    decode_answer,
+    decode_metadata,
+    decode_tasks,
+    encode_answer,
+    encode_metadata,
+    encode_tasks,
+)
+from groupers import GrouperMetadata, TaskNameGrouper, get_grouper
+from metadata.model import TaskModel
+
+__all__ = ["GrouperOutcome", "GrouperWorker"]
+
+#: How long a new worker may take to start and load its grouper (not counted in the limit).
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class GrouperOutcome:
+    containers: object  # the grouper's answer (None with ``error``)
+    error: str | None
+    seconds: float  # time the grouper took (up to the limit), start-up excluded
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _serve(conn: Connection, name: str, options: Mapping[str, Any], instance: object) -> None:
+    """The worker process: load the grouper, say ready, then answer requests until None."""
+    try:
+        grouper: Any = instance if instance is not None else get_grouper(name, **options)
+    except BaseException as exc:  # reported to the coordinator, which restarts us later
+        conn.send(("failed", f"loading grouper {name!r}: {_describe(exc)}"))
+        return
+    conn.send(("ready", None))
+    tasks: tuple[TaskModel, ...] = ()
+    known: dict[str, TaskModel] = {}
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return  # the coordinator is gone
+        if request is None:
+            return
+        kind, body = request
+        if kind == "tasks":  # the job's tasks, sent once per worker
+            tasks = decode_tasks(body)
+            known = {task.name: task for task in tasks}
+            continue
+        try:
+            answer = grouper.group(tasks, decode_metadata(body, known))
+            reply: tuple[str, object] = encode_answer(answer, known)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: reported as what they are
+            reply = ("error", _describe(exc))
+        try:
+            conn.send(reply)
+        except Exception as exc:  # the answer cannot be pickled
+            conn.send(("error", f"the answer cannot be sent back: {_describe(exc)}"))
+
+
+class GrouperWorker:
+    """A warm grouper process, killed at the time limit (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        options: Mapping[str, Any],
+        *,
+        instance: TaskNameGrouper | None = None,
+        context: str = "forkserver",
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.options = dict(options)
+        self.instance = instance
+        self._context: Any = multiprocessing.get_context(context)  # a concrete context
+        if context == "forkserver":
+            self._context.set_forkserver_preload(["groupers", "metadata.model"])
+        self._on_start = on_start
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._ready = False
+        self._tasks_sent: tuple[TaskModel, ...] | None = None  # what this worker holds
+        self._known: dict[str, TaskModel] = {}
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.is_alive() else None
+
+    def start(self) -> None:
+        """Start the worker process if none runs (returns at once; :meth:`run` waits for it)."""
+        if self._process is not None and self._process.is_alive():
+            return
+        self.close()
+        parent, child = self._context.Pipe()
+        process = self._context.Process(
+            target=_serve,
+            args=(child, self.name, self.options, self.instance),
+            name=f"grouper-{self.name}",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        self._process, self._conn, self._ready = process, parent, False
+        if self._on_start is not None:
+            self._on_start()
+
+    def _await_ready(self) -> str | None:
+        """Wait for a started worker to load its grouper; an error string if it failed."""
+        conn = self._conn
+        assert conn is not None
+        if self._ready:
+            return None
+        try:
+            if not conn.poll(START_TIMEOUT_S):
+                self.close()
+                return f"the grouper process did not start within {START_TIMEOUT_S:g} s"
+            kind, detail = conn.recv()
+        except (EOFError, OSError):
+            return self._died()
+        if kind != "ready":
+            self.close()
+            return str(detail)
+        self._ready = True
+        return None
+
+    def run(
+        self, tasks: tuple[TaskModel, ...], metadata: GrouperMetadata, timeout_s: float
+    ) -> GrouperOutcome:
+        """The grouper's answer, or an error: a timeout (the process is killed), an exception,
+        or a worker that died. Never an answer that came after ``timeout_s``."""
+        self.start()
+        failed = self._await_ready()
+        if failed is not None:
+            return GrouperOutcome(None, failed, 0.0)
+        conn = self._conn
+        assert conn is not None
+        started = time.perf_counter()
+        try:
+            if self._tasks_sent is not tasks:
+                self._known = {task.name: task for task in tasks}
+                conn.send(("tasks", encode_tasks(tasks)))
+                self._tasks_sent = tasks
+            conn.send(("group", encode_metadata(metadata, self._known)))
+            answered = conn.poll(max(0.0, timeout_s - (time.perf_counter() - started)))
+            elapsed = time.perf_counter() - started
+            if not answered or elapsed > timeout_s:
+                self.close()  # kill it: its answer, if any, is too late
+                timeout = f"timed out after {timeout_s:g} s (the grouper process was stopped)"
+                return GrouperOutcome(None, timeout, elapsed)
+            kind, payload = conn.recv()
+            elapsed = time.perf_counter() - started
+            if kind == "error":
+                return GrouperOutcome(None, str(payload), elapsed)
+            return GrouperOutcome(decode_answer(kind, payload, self._known), None, elapsed)
+        except (EOFError, OSError):
+            return GrouperOutcome(None, self._died(), time.perf_counter() - started)
+        except Exception as exc:  # the answer cannot be unpickled or rebuilt here
+            self.close()
+            error = f"the grouper's answer cannot be read: {_describe(exc)}"
+            return GrouperOutcome(None, error, time.perf_counter() - started)
+
+    def _died(self) -> str:
+        process = self._process
+        code = None
+        if process is not None:
+            process.join(5)
+            code = process.exitcode
+        self.close()
+        return f"the grouper process died (exit code {code})"
+
+    def close(self) -> None:
+        """Stop the worker now (SIGKILL) and reap it."""
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        self._ready = False
+        self._tasks_sent = None
+        if conn is not None:
+            conn.close()
+        if process is not None:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
+            process.close()

@@ -1,0 +1,100 @@
+"""The grouper's worker process (issue 15 item 2 and "Also"): killed at its time limit, no
+thread left behind, SystemExit and a dying worker reported as what they are, warm between runs.
+No ZooKeeper here; the coordinator around it is tested in test_coordinator_hardening.py."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+from hostile_groupers import Exits, GilHog, Sleeper
+
+from coordinator.leader.grouper_worker import GrouperWorker
+from groupers import GrouperMetadata, validate
+from metadata.model import SystemStreamPartition, TaskModel
+
+TASKS = tuple(
+    TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
+    for n in range(8)
+)
+METADATA = GrouperMetadata({"p-0": "h-a", "p-1": "h-b"}, {}, {})
+
+
+@pytest.fixture
+def worker_factory():  # type: ignore[no-untyped-def]
+    made: list[GrouperWorker] = []
+
+    def make(**kw: object) -> GrouperWorker:
+        worker = GrouperWorker("host-affinity", {}, **kw)  # type: ignore[arg-type]
+        made.append(worker)
+        return worker
+
+    yield make
+    for worker in made:
+        worker.close()
+
+
+def test_a_grouper_holding_the_gil_is_stopped_at_its_deadline(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    worker = worker_factory(instance=GilHog())
+    threads = threading.active_count()
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:  # a thread of this process keeps running while the grouper runs
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.05)
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    for _ in range(3):
+        started = time.monotonic()
+        outcome = worker.run(TASKS, METADATA, 1.0)
+        took = time.monotonic() - started
+        assert outcome.containers is None and outcome.error is not None
+        assert outcome.error.startswith("timed out after 1 s"), outcome.error
+        assert outcome.seconds < 1.3, outcome.seconds  # the deadline (the start not counted)
+        assert took < 6.0, took  # plus starting a process, and killing it
+        assert worker.pid is None  # the process was killed, not left to finish
+    stop.set()
+    ticker.join()
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 0.5, max(gaps)  # the GIL stayed ours
+    assert threading.active_count() == threads  # no thread per timed-out run
+
+
+def test_a_late_answer_is_never_returned(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    worker = worker_factory(instance=Sleeper(1.5))
+    outcome = worker.run(TASKS, METADATA, 0.5)
+    assert outcome.containers is None and "timed out" in (outcome.error or "")
+    time.sleep(1.5)  # the answer it would have sent by now is gone with its process
+    fresh = worker_factory(instance=Sleeper(0.0))
+    assert fresh.run(TASKS, METADATA, 5).error is None
+
+
+@pytest.mark.parametrize(
+    ("hard", "expected"),
+    [(False, "SystemExit: grouper gave up"), (True, "the grouper process died (exit code 3)")],
+)
+def test_system_exit_and_a_dying_worker_are_reported_as_what_they_are(
+    worker_factory, hard: bool, expected: str
+) -> None:  # type: ignore[no-untyped-def]
+    worker = worker_factory(instance=Exits(hard=hard))
+    outcome = worker.run(TASKS, METADATA, 10)
+    assert outcome.containers is None and outcome.error == expected
+    again = worker.run(TASKS, METADATA, 10)  # a dead worker is replaced
+    assert again.error == expected
+
+
+def test_a_warm_worker_answers_by_name_without_a_process_start(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    restarts: list[int] = []
+    worker = worker_factory(on_start=lambda: restarts.append(1))
+    first = worker.run(TASKS, METADATA, 30)
+    assert first.error is None
+    validate(TASKS, METADATA, first.containers)  # type: ignore[arg-type]
+    pid = worker.pid
+    for _ in range(3):
+        assert worker.run(TASKS, METADATA, 30).containers == first.containers
+    assert worker.pid == pid and len(restarts) == 1
