@@ -653,7 +653,13 @@ def test_default_config_loads_with_load_config(helm: str, tmp: Path) -> None:
     assert config.logging.format == "json"
     assert [(i.system, i.stream, i.partitions) for i in config.inputs] == [("kafka", "events", 16)]
     # The chart's defaults are the CLI's defaults (except what a pod needs: JSON logs).
-    cli_defaults = load_config(data={"job": {"name": "clicks"}}, environ={})
+    cli_defaults = load_config(
+        data={
+            "job": {"name": "clicks"},
+            "inputs": [{"system": "k", "stream": "s", "partitions": 1}],
+        },
+        environ={},
+    )
     for section in ("coordinator", "grouper", "ssp_grouper"):
         assert getattr(config, section) == getattr(cli_defaults, section), section
     assert config.zookeeper.root == cli_defaults.zookeeper.root

@@ -158,6 +158,7 @@ def test_health_ready_and_metrics(
     [
         ("coordinator: {debounce: 5}\n", "coordinator.debounce"),
         ("coordinator: {debounce_ms: -5}\n", "coordinator.debounce_ms"),
+        ("coordinator: {debounce_ms: true}\n", "coordinator.debounce_ms"),
         ("zookeeper: {session_timeout_ms: ten}\n", "zookeeper.session_timeout_ms"),
     ],
 )

@@ -4,8 +4,10 @@ real command (a subprocess), so stdout holds only the answer."""
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -211,3 +213,44 @@ def test_protected_job_without_credentials_exits_1(
     assert "permission denied" in one_error_line(denied)
     assert allowed.returncode == 0, allowed.stderr
     assert load_job_model_document(allowed.stdout).model == model(1)
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    """531 bytes of nested aliases (9**9 values) once ran ``jobmodel show`` to 2.6 GB over 90 s;
+    under a 1 GB address-space limit the command must answer in one line, quickly."""
+    lines = ["job: {name: bomb}", "inputs: [{system: k, stream: s, partitions: 1}]"]
+    lines.append("a: &a [" + ",".join(['"lol"'] * 9) + "]")
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "jobmodel", "show", "--config", str(bomb)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "YAML aliases (*a, line 4) are not supported" in one_error_line(result)
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(
+    ("zookeeper", "key"),
+    [
+        ({"session_timeout_ms": True}, "zookeeper.session_timeout_ms"),
+        ({"auth": "secretpw"}, "auth"),
+    ],
+)
+def test_bad_zookeeper_values_exit_2_without_echoing_secrets(
+    tmp_path: Path, zookeeper: dict[str, object], key: str
+) -> None:
+    config = write_config(tmp_path / "job.yaml", "127.0.0.1:2181", "/affinity", **zookeeper)
+    result = affinity("jobmodel", "show", "--config", str(config))
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert key in line
+    assert "secretpw" not in line
