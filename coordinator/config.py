@@ -44,6 +44,7 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from metadata.model import StreamInput
+from metadata.zk.client import check_hosts, split_auth
 
 __all__ = ["ENV_ALIASES", "ConfigError", "JobConfig", "load_config"]
 
@@ -95,6 +96,12 @@ class ZooKeeperSection(_Section):
     keyfile: str | None = None
     verify_certs: bool = True
 
+    @field_validator("connect")
+    @classmethod
+    def _connect_is_host_ports(cls, value: str) -> str:
+        check_hosts(value)
+        return value
+
     @field_validator("root")
     @classmethod
     def _root_is_absolute(cls, value: str) -> str:
@@ -105,8 +112,8 @@ class ZooKeeperSection(_Section):
     @field_validator("auth")
     @classmethod
     def _auth_is_user_password(cls, value: str) -> str:
-        if value and ":" not in value:
-            raise ValueError("must be 'user:password' (the value is not shown)")
+        if value:
+            split_auth(value)
         return value
 
 

@@ -34,20 +34,33 @@ LogFormat = Literal["auto", "json", "console"]
 
 
 def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
-    """Configure structlog (and the stdlib logging kazoo uses) for this process."""
+    """Configure structlog (and the stdlib logging kazoo uses) for this process.
+
+    Everything is logged to stdout in one format (kazoo's records too), so stderr carries only
+    the command's own one-line error, ``affinity: error: ...``."""
     as_json = fmt == "json" or (fmt == "auto" and not sys.stdout.isatty())
     numeric = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, force=True)
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if as_json
         else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
     )
+    shared: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        )
+    )
+    logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.format_exc_info,
             renderer,
         ],
