@@ -19,13 +19,21 @@ file. A bad value raises :class:`ConfigError` naming the key, e.g.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -36,12 +44,33 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from metadata.model import StreamInput
+from metadata.zk.client import check_hosts, split_auth
 
 __all__ = ["ENV_ALIASES", "ConfigError", "JobConfig", "load_config"]
 
 
 class ConfigError(ValueError):
     """The job configuration is unusable; the message names each bad key."""
+
+
+#: A configuration file larger than this is refused before it is parsed.
+MAX_CONFIG_BYTES = 1 << 20
+#: At most this many YAML nodes, nested at most this deep (a job config has a few dozen).
+MAX_YAML_NODES = 10_000
+MAX_YAML_DEPTH = 32
+#: An echoed value ("got ...") is cut to this many characters.
+MAX_ECHO_CHARS = 80
+
+
+def _no_bool(value: Any) -> Any:
+    # pydantic's lax mode reads true as 1: a boolean is not a number.
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a whole number, not true/false")
+    return value
+
+
+#: A whole number: an int, or a string of digits (from the environment), never a boolean.
+Int = Annotated[int, BeforeValidator(_no_bool)]
 
 
 class _Section(BaseModel):
@@ -57,8 +86,8 @@ class JobSection(_Section):
 class ZooKeeperSection(_Section):
     connect: str = "127.0.0.1:2181"
     root: str = "/affinity"
-    session_timeout_ms: int = Field(default=10000, ge=1000, le=600000)
-    connect_timeout_ms: int = Field(default=15000, ge=100)
+    session_timeout_ms: Int = Field(default=10000, ge=1000, le=600000)
+    connect_timeout_ms: Int = Field(default=15000, ge=100)
     # "user:password" for a digest ACL on every node this job creates; empty = open ACL.
     auth: str = ""
     use_ssl: bool = False
@@ -66,6 +95,12 @@ class ZooKeeperSection(_Section):
     certfile: str | None = None
     keyfile: str | None = None
     verify_certs: bool = True
+
+    @field_validator("connect")
+    @classmethod
+    def _connect_is_host_ports(cls, value: str) -> str:
+        check_hosts(value)
+        return value
 
     @field_validator("root")
     @classmethod
@@ -77,15 +112,15 @@ class ZooKeeperSection(_Section):
     @field_validator("auth")
     @classmethod
     def _auth_is_user_password(cls, value: str) -> str:
-        if value and ":" not in value:
-            raise ValueError("must be 'user:password'")
+        if value:
+            split_auth(value)
         return value
 
 
 class InputSection(_Section):
     system: str = Field(min_length=1)
     stream: str = Field(min_length=1)
-    partitions: int = Field(ge=1)
+    partitions: Int = Field(ge=1)
 
     def to_stream_input(self) -> StreamInput:
         return StreamInput(self.system, self.stream, self.partitions)
@@ -99,23 +134,23 @@ class SspGrouperSection(_Section):
 class GrouperSection(_Section):
     name: str = "host-affinity"
     options: dict[str, Any] = Field(default_factory=dict)
-    timeout_ms: int = Field(default=30000, ge=1)
+    timeout_ms: Int = Field(default=30000, ge=1)
 
 
 class CoordinatorSection(_Section):
-    debounce_ms: int = Field(default=2000, ge=0)
+    debounce_ms: Int = Field(default=2000, ge=0)
     # A stream of membership changes cannot postpone a rebalance beyond this (SAMZA-2633).
-    debounce_max_ms: int = Field(default=10000, ge=0)
-    barrier_timeout_ms: int = Field(default=30000, ge=1)
+    debounce_max_ms: Int = Field(default=10000, ge=0)
+    barrier_timeout_ms: Int = Field(default=30000, ge=1)
     # How long a vanished processor's tasks wait for it (or a new processor at its location).
-    processor_grace_ms: int = Field(default=0, ge=0)
-    retention: int = Field(default=10, ge=1)
+    processor_grace_ms: Int = Field(default=0, ge=0)
+    retention: Int = Field(default=10, ge=1)
     # Rebalances kept in the job's history (history/ in ZooKeeper; affinity status, /status).
-    history: int = Field(default=50, ge=1, le=1000)
+    history: Int = Field(default=50, ge=1, le=1000)
     # A model that would stop every task of the model in force is refused unless this is true.
     allow_dropping_all_tasks: bool = False
     http_host: str = "0.0.0.0"
-    http_port: int = Field(default=8080, ge=0, le=65535)
+    http_port: Int = Field(default=8080, ge=0, le=65535)
 
 
 class LoggingSection(_Section):
@@ -209,7 +244,8 @@ class JobConfig(BaseSettings):
 
     job: JobSection
     zookeeper: ZooKeeperSection = Field(default_factory=ZooKeeperSection)
-    inputs: list[InputSection] = Field(default_factory=list)
+    # The job's streams: without them a leader would publish a model with no task at all.
+    inputs: list[InputSection] = Field(min_length=1)
     ssp_grouper: SspGrouperSection = Field(default_factory=SspGrouperSection)
     grouper: GrouperSection = Field(default_factory=GrouperSection)
     coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
@@ -243,17 +279,103 @@ class JobConfig(BaseSettings):
         return [i.to_stream_input() for i in self.inputs]
 
 
-def _format_errors(exc: ValidationError, source: str) -> str:
+#: Where the credentials live: values at these paths (and unknown keys beside them, a mistyped
+#: ``auth``) are never echoed in an error.
+_SECRET_PATHS = {(), ("zookeeper",), ("zookeeper", "auth")}
+_SECRET_ENV = {"AFFINITY_ZK_AUTH", "AFFINITY_ZOOKEEPER__AUTH"}
+
+
+def _secrets(file_data: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
+    """The credential strings given (whole, and the password part), longest first."""
+    found: list[str] = []
+    section = file_data.get("zookeeper")
+    if isinstance(section, Mapping) and isinstance(section.get("auth"), str):
+        found.append(section["auth"])
+    found += [v for k, v in environ.items() if k.upper() in _SECRET_ENV]
+    found += [value.partition(":")[2] for value in found]
+    return sorted({value for value in found if len(value) >= 3}, key=len, reverse=True)
+
+
+def _scrub(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _echo(loc: tuple[Any, ...], kind: str, value: Any) -> str:
+    """`` (got <value>)``, cut to MAX_ECHO_CHARS; nothing for credentials or whole sections."""
+    if kind == "missing" or isinstance(value, dict):
+        return ""
+    if loc in _SECRET_PATHS or (loc[:1] == ("zookeeper",) and kind == "extra_forbidden"):
+        return " (value not shown)"
+    text = repr(value)
+    if len(text) > MAX_ECHO_CHARS:
+        text = f"{text[:MAX_ECHO_CHARS]}... ({len(text)} characters)"
+    return f" (got {text})"
+
+
+def _format_errors(exc: ValidationError, source: str, secrets: Iterable[str]) -> str:
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "<top level>"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-        got = err.get("input")
-        detail = f" (got {got!r})" if err["type"] != "missing" and not isinstance(got, dict) else ""
-        lines.append(f"{where}: {message}{detail}")
-    return f"invalid configuration in {source}: " + "; ".join(lines)
+        message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{where}: {message}{_echo(tuple(err['loc']), err['type'], err.get('input'))}")
+    return _scrub(f"invalid configuration in {source}: " + "; ".join(lines), secrets)
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases (a few hundred bytes of nested aliases expand to
+    billions of values) and with at most MAX_YAML_NODES nodes, MAX_YAML_DEPTH deep."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._nodes = 0
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        mark = event.start_mark
+        line = f"line {mark.line + 1}" if mark is not None else "line ?"
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(f"YAML aliases (*{event.anchor}, {line}) are not supported")
+        self._nodes += 1
+        if self._nodes > MAX_YAML_NODES:
+            raise ConfigError(f"more than {MAX_YAML_NODES} YAML values ({line})")
+        if self._depth >= MAX_YAML_DEPTH:
+            raise ConfigError(f"values nested more than {MAX_YAML_DEPTH} deep ({line})")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _read_file(path: str | Path) -> dict[str, Any]:
+    """The file's top-level mapping; ConfigError naming the file for anything unusable."""
+    source = str(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {source}: {exc.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"configuration file {source} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"configuration file {source} is not UTF-8 text: {exc}") from None
+    loader = _ConfigLoader(text)
+    try:
+        data = loader.get_single_data() or {}
+    except ConfigError as exc:
+        raise ConfigError(f"configuration file {source}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration file {source} is not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise ConfigError(f"configuration file {source} must hold a mapping at the top level")
+    return data
 
 
 def load_config(
@@ -264,27 +386,16 @@ def load_config(
 ) -> JobConfig:
     """Load the job configuration from a YAML file (or ``data``), overridden by ``environ``."""
     source = str(path) if path is not None else "<data>"
-    file_data: Any = dict(data or {})
-    if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read configuration file {source}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"configuration file {source} is not UTF-8 text: {exc}") from None
-        try:
-            file_data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"configuration file {source} is not valid YAML: {exc}") from None
-        if not isinstance(file_data, dict):
-            raise ConfigError(f"configuration file {source} must hold a mapping at the top level")
+    file_data = _read_file(path) if path is not None else dict(data or {})
     env = dict(os.environ if environ is None else environ)
+    secrets = _secrets(file_data, env)
     token = _SOURCES.set((file_data, env))
     try:
         return JobConfig()  # type: ignore[call-arg]  # fields come from the sources
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from None
+        raise ConfigError(_format_errors(exc, source, secrets)) from None
     except SettingsError as exc:  # an AFFINITY_<SECTION> value that is not JSON
-        raise ConfigError(f"invalid configuration in the environment: {exc}") from None
+        message = f"invalid configuration in the environment: {exc}"
+        raise ConfigError(_scrub(message, secrets)) from None
     finally:
         _SOURCES.reset(token)

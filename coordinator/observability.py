@@ -4,50 +4,70 @@
   key=value lines on a terminal. Callers bind ``job``, ``version`` and ``processor``.
 - :class:`CoordinatorMetrics`: the Prometheus metrics (names in ``docs/operations.md``), on a
   registry of their own so several replicas can live in one test process.
-- :class:`HealthServer`: ``/healthz`` (the main loop is alive), ``/readyz`` (connected to
-  ZooKeeper) and ``/metrics`` over HTTP, in a daemon thread.
+- :class:`~coordinator.http_server.HealthServer` (re-exported here): ``/healthz`` (the main loop
+  is alive), ``/readyz`` (connected to ZooKeeper) and ``/metrics`` over HTTP (GET and HEAD),
+  served by a small fixed pool of threads with read timeouts; more routes through
+  :meth:`HealthServer.route`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any, Literal
 
 import structlog
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
 
-__all__ = ["CoordinatorMetrics", "HealthServer", "configure_logging"]
+__all__ = [
+    "CoordinatorMetrics",
+    "HealthServer",
+    "HttpRequest",
+    "HttpResponse",
+    "Route",
+    "configure_logging",
+]
+
+from coordinator.http_server import HealthServer, HttpRequest, HttpResponse, Route
 
 LogFormat = Literal["auto", "json", "console"]
 
 
 def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
-    """Configure structlog (and the stdlib logging kazoo uses) for this process."""
+    """Configure structlog (and the stdlib logging kazoo uses) for this process.
+
+    Everything is logged to stdout in one format (kazoo's records too), so stderr carries only
+    the command's own one-line error, ``affinity: error: ...``."""
     as_json = fmt == "json" or (fmt == "auto" and not sys.stdout.isatty())
     numeric = getattr(logging, level.upper(), logging.INFO)
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, force=True)
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if as_json
         else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
     )
+    shared: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        )
+    )
+    logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -146,70 +166,6 @@ class CoordinatorMetrics:
             "Grouper worker processes started (the first one, and after a kill or a crash)",
             registry=r,
         )
-
-
-class HealthServer:
-    """``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` (port 0: any free port)."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        *,
-        registry: CollectorRegistry,
-        alive: Callable[[], bool],
-        ready: Callable[[], bool],
-        routes: Mapping[str, Callable[[], tuple[int, bytes, str]]] | None = None,
-    ) -> None:
-        server_self = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._reply(200, generate_latest(server_self.registry), CONTENT_TYPE_LATEST)
-                elif path == "/healthz":
-                    ok = server_self.alive()
-                    self._reply(200 if ok else 503, b"ok\n" if ok else b"stalled\n")
-                elif path == "/readyz":
-                    ok = server_self.ready()
-                    self._reply(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
-                elif path in server_self.routes:  # more read-only pages, e.g. /status
-                    self._reply(*server_self.routes[path]())
-                else:
-                    self._reply(404, b"not found\n")
-
-            def _reply(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return  # probes every few seconds would flood the log
-
-        self.registry = registry
-        self.alive = alive
-        self.ready = ready
-        self.routes = dict(routes or {})
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="health-http", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> HealthServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 class Heartbeat:

@@ -35,6 +35,7 @@ from metadata.zk import ZkMetadataStore, connect
 
 __all__ = [
     "CommandError",
+    "check_access",
     "client_from_config",
     "job_store",
     "quiet_logging",
@@ -105,6 +106,13 @@ def job_store(config: JobConfig, **options: Any) -> Iterator[ZkMetadataStore]:
     finally:
         client.stop()
         client.close()
+
+
+def check_access(store: ZkMetadataStore) -> None:
+    """Fail at once, with :class:`~metadata.zk.PermissionDenied` naming the path, when the job's
+    folder is protected by credentials other than ours (instead of retrying for ever)."""
+    store.ensure_layout()
+    store.job_models.versions()  # a read the job's ACL refuses to other credentials
 
 
 def quiet_logging() -> None:

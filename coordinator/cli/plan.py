@@ -54,12 +54,26 @@ def _string_map(document: Mapping[str, Any], key: str) -> dict[str, str]:
     return dict(value)
 
 
+#: A whole number in a snapshot has at most this many digits (a version, a partition).
+MAX_DIGITS = 30
+
+
+def _parse_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        raise SnapshotError(
+            f"not valid JSON: a number has {len(digits)} digits (at most {MAX_DIGITS})"
+        )
+    return int(digits)
+
+
 def load_snapshot(text: str) -> Snapshot:
     """Parse a snapshot (see the module docstring); raise SnapshotError naming the problem."""
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise SnapshotError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise SnapshotError("not valid JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise SnapshotError("the snapshot must be a JSON object")
     raw_tasks = document.get("tasks")
@@ -142,6 +156,8 @@ def run_plan(args: argparse.Namespace) -> int:
                 text = handle.read()
         except OSError as exc:
             raise SnapshotError(f"cannot read {args.input}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise SnapshotError(f"{args.input} is not UTF-8 text: {exc}") from None
         snapshot = load_snapshot(text)
     except SnapshotError as exc:
         raise CommandError(f"plan: {exc}") from None

@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from coordinator.cli.common import job_store, stop_on_signals
+from coordinator.cli.common import check_access, job_store, stop_on_signals
 from coordinator.config import load_config
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.processor import ProcessorClient
@@ -108,6 +108,7 @@ def run_processor(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     work = SampleTasks(args.processor_id, Path(args.status_file) if args.status_file else None)
     with job_store(config) as store:
+        check_access(store)
         processor = ProcessorClient(
             store.client,
             store,

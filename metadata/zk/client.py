@@ -1,9 +1,15 @@
 """Connecting to ZooKeeper: :func:`connect` builds and starts a :class:`KazooClient` from plain
 arguments (hosts, session timeout, digest credentials, TLS files); :func:`job_acl` and
 :func:`ancestor_acl` are the ACLs the store gives the nodes it creates; :func:`foreign_rights`
-and :func:`describe_acl` check and show the ACL of a node it finds."""
+and :func:`describe_acl` check and show the ACL of a node it finds; :func:`check_hosts` and
+:func:`split_auth` tell a usable connect string and credentials (the config validates with them).
+"""
 
 from __future__ import annotations
+
+import ipaddress
+import re
+import urllib.parse
 
 import structlog
 from kazoo.client import KazooClient
@@ -14,7 +20,15 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_acl, make_dig
 
 from metadata.zk.errors import PermissionDenied, StoreUnavailable
 
-__all__ = ["ancestor_acl", "connect", "describe_acl", "foreign_rights", "job_acl"]
+__all__ = [
+    "ancestor_acl",
+    "check_hosts",
+    "connect",
+    "describe_acl",
+    "foreign_rights",
+    "job_acl",
+    "split_auth",
+]
 
 #: The rights that change a node or its children (everything but READ).
 CHANGE_RIGHTS = Permissions.WRITE | Permissions.CREATE | Permissions.DELETE | Permissions.ADMIN
@@ -26,12 +40,54 @@ _LETTERS = (
     (Permissions.ADMIN, "a"),
 )
 
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
 
-def _split_auth(auth: str) -> tuple[str, str]:
+
+def split_auth(auth: str) -> tuple[str, str]:
+    """("user", "password") from "user:password"; ValueError (never showing ``auth``) otherwise."""
     user, sep, password = auth.partition(":")
     if not sep or not user:
-        raise ValueError("auth must be 'user:password'")
+        raise ValueError("must be 'user:password' with a user name before the colon")
     return user, password
+
+
+def _valid_host(host: str) -> bool:
+    if _HOST_NAME.match(host):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_host_port(entry: str) -> None:
+    parts = urllib.parse.urlsplit("zk://" + entry.strip())
+    if parts.hostname is None or not _valid_host(parts.hostname):
+        raise ValueError("is not host[:port] (a host name or IP address)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("has a port that is not a number from 1 to 65535") from None
+    if port == 0 or parts.path or parts.query or parts.fragment or parts.username is not None:
+        raise ValueError("is not host[:port] (port 1..65535, nothing after it)")
+
+
+def check_hosts(hosts: str) -> None:
+    """ValueError naming the bad part unless ``hosts`` is a ZooKeeper connect string:
+    ``host[:port][,host[:port]...][/chroot]`` (kazoo's own check fails later, and unclearly)."""
+    host_ports, _, chroot = hosts.partition("/")
+    entries = host_ports.split(",")
+    for index, entry in enumerate(entries, 1):
+        where = f"host {index} of {len(entries)}" if len(entries) > 1 else "the host"
+        if not entry.strip():
+            raise ValueError(f"{where} is empty (expected host[:port][,host[:port]...])")
+        try:
+            _check_host_port(entry)
+        except ValueError as exc:
+            raise ValueError(f"{where} {exc}") from None
+    if chroot and (chroot.endswith("/") or "//" in chroot or any(c.isspace() for c in chroot)):
+        raise ValueError("the chroot after '/' is not a path like /apps/affinity")
 
 
 def job_acl(auth: str) -> list[ACL]:
@@ -39,7 +95,7 @@ def job_acl(auth: str) -> list[ACL]:
     or open (world: all) when ``auth`` is empty."""
     if not auth:
         return list(OPEN_ACL_UNSAFE)
-    user, password = _split_auth(auth)
+    user, password = split_auth(auth)
     return [make_digest_acl(user, password, all=True)]
 
 
@@ -89,9 +145,10 @@ def connect(
     server restart; the first connection must succeed within ``connect_timeout_s`` or
     :class:`StoreUnavailable` is raised.
     """
+    check_hosts(hosts)
     auth_data = [("digest", auth)] if auth else None
     if auth:
-        _split_auth(auth)
+        split_auth(auth)
     client = KazooClient(
         hosts=hosts,
         timeout=session_timeout_s,

@@ -222,14 +222,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             }
         }
     },
-    "no-rbac-existing-sa": {
-        "rbac": {"create": False},
+    "existing-sa": {
         "serviceAccount": {"create": False, "name": "shared"},
         "podDisruptionBudget": {"enabled": False},
         "spreadAcrossNodes": {"enabled": False},
     },
+    "processor-rbac": {"processorRbac": {"create": True}},
+    "no-network-policy": {"networkPolicy": {"enabled": False}},
+    "resources-null": {"resources": None},
     "everything-on": {
         "replicaCount": 3,
+        "processorRbac": {"create": True, "annotations": {"example.com/owner": "data"}},
         "networkPolicy": {"enabled": True},
         "serviceMonitor": {"enabled": True},
         "podDisruptionBudget": {"minAvailable": 2},
@@ -314,7 +317,10 @@ def test_lint_strict(helm: str, tmp: Path) -> None:
     assert "0 chart(s) failed" in result.stdout
 
 
-@pytest.mark.parametrize("name", ["network-policy", "service-monitor", "everything-on"])
+@pytest.mark.parametrize(
+    "name",
+    ["network-policy", "service-monitor", "processor-rbac", "resources-null", "everything-on"],
+)
 def test_lint_strict_with_overrides(helm: str, tmp: Path, name: str) -> None:
     result = subprocess.run(
         [helm, "lint", "--strict", str(CHART), *_values_args(SCENARIOS[name], tmp)],
@@ -331,13 +337,10 @@ def test_lint_strict_with_overrides(helm: str, tmp: Path, name: str) -> None:
 def test_default_kinds(helm: str, tmp: Path) -> None:
     assert render(helm, tmp).kinds() == sorted(
         [
-            "ClusterRole",
-            "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
+            "NetworkPolicy",
             "PodDisruptionBudget",
-            "Role",
-            "RoleBinding",
             "Secret",
             "Service",
             "ServiceAccount",
@@ -345,11 +348,11 @@ def test_default_kinds(helm: str, tmp: Path) -> None:
     )
 
 
-def test_optional_objects_are_off_by_default_and_switch_on(helm: str, tmp: Path) -> None:
+def test_optional_objects_switch_on_and_off(helm: str, tmp: Path) -> None:
     default = render(helm, tmp)
-    assert not default.all("NetworkPolicy")
+    assert default.all("NetworkPolicy"), "on by default"
     assert not default.all("ServiceMonitor")
-    assert render(helm, tmp, SCENARIOS["network-policy"]).all("NetworkPolicy")
+    assert not render(helm, tmp, SCENARIOS["no-network-policy"]).all("NetworkPolicy")
     assert render(helm, tmp, SCENARIOS["service-monitor"]).all("ServiceMonitor")
 
 
@@ -436,16 +439,32 @@ def test_replicas(helm: str, tmp: Path) -> None:
     assert render(helm, tmp, {"replicaCount": 3}).deployment["spec"]["replicas"] == 3
 
 
-def test_rbac_is_least_privilege(helm: str, tmp: Path) -> None:
+RBAC_KINDS = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+
+
+def test_the_coordinator_has_no_rbac_and_no_token(helm: str, tmp: Path) -> None:
+    """It never calls the Kubernetes API: no Role, no binding, no token in its pods."""
     rendered = render(helm, tmp)
+    for kind in RBAC_KINDS:
+        assert not rendered.all(kind), kind
+    assert rendered.pod["automountServiceAccountToken"] is False
+    account = rendered.one("ServiceAccount")
+    assert account["automountServiceAccountToken"] is False
+    assert rendered.pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_processor_rbac_is_least_privilege_and_not_the_coordinators(helm: str, tmp: Path) -> None:
+    rendered = render(helm, tmp, SCENARIOS["processor-rbac"])
     (role,) = rendered.all("Role")
     (cluster_role,) = rendered.all("ClusterRole")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    ]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
     assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
-    service_account = rendered.one("ServiceAccount")["metadata"]["name"]
-    assert rendered.pod["serviceAccountName"] == service_account
+    accounts = {a["metadata"]["name"]: a for a in rendered.all("ServiceAccount")}
+    processor = f"{FULLNAME}-processor"
+    assert set(accounts) == {FULLNAME, processor}
+    assert accounts[processor].get("automountServiceAccountToken") is True
+    assert rendered.pod["serviceAccountName"] == FULLNAME
+    assert rendered.pod["automountServiceAccountToken"] is False
     for binding, target in (("RoleBinding", role), ("ClusterRoleBinding", cluster_role)):
         (doc,) = rendered.all(binding)
         assert doc["roleRef"] == {
@@ -454,17 +473,18 @@ def test_rbac_is_least_privilege(helm: str, tmp: Path) -> None:
             "name": target["metadata"]["name"],
         }
         assert doc["subjects"] == [
-            {"kind": "ServiceAccount", "name": service_account, "namespace": NAMESPACE}
+            {"kind": "ServiceAccount", "name": processor, "namespace": NAMESPACE}
         ]
     # Cluster-scoped names carry the namespace: two releases of the same name cannot collide.
     assert NAMESPACE in cluster_role["metadata"]["name"]
 
 
-def test_rbac_can_be_switched_off(helm: str, tmp: Path) -> None:
-    rendered = render(helm, tmp, SCENARIOS["no-rbac-existing-sa"])
-    for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ServiceAccount"):
+def test_an_existing_service_account(helm: str, tmp: Path) -> None:
+    rendered = render(helm, tmp, SCENARIOS["existing-sa"])
+    for kind in (*RBAC_KINDS, "ServiceAccount"):
         assert not rendered.all(kind), kind
     assert rendered.pod["serviceAccountName"] == "shared"
+    assert rendered.pod["automountServiceAccountToken"] is False
 
 
 def _checksum(rendered: Rendered, name: str = "checksum/config") -> str:
@@ -484,6 +504,29 @@ def test_config_checksum_rolls_the_pods_on_config_changes_only(helm: str, tmp: P
     secret_changed = render(helm, tmp, {"zookeeper": {"connect": "other:2181"}})
     assert _checksum(secret_changed, "checksum/secret") != _checksum(base, "checksum/secret")
     assert _checksum(secret_changed) == _checksum(base)
+    revision = render(helm, tmp, {"zookeeper": {"credentialsRevision": 2}})
+    assert _checksum(revision, "checksum/secret") != _checksum(base, "checksum/secret")
+
+
+def _hashes_of(text: str) -> set[str]:
+    return {
+        hashlib.sha256(text.encode()).hexdigest(),
+        hashlib.sha256(text.strip().encode()).hexdigest(),
+    }
+
+
+def test_the_secret_checksum_does_not_hash_the_credentials(helm: str, tmp: Path) -> None:
+    """A hash of the rendered Secret is a hash of the password (brute-forceable when short): the
+    checksum must not change with the credentials, nor be a hash of the Secret."""
+    one = render(helm, tmp, {"zookeeper": {"auth": "ops:pw-one"}})
+    two = render(helm, tmp, {"zookeeper": {"auth": "ops:pw-two"}})
+    assert _checksum(one, "checksum/secret") == _checksum(two, "checksum/secret")
+    secret = _template(
+        helm, tmp, {"zookeeper": {"auth": "ops:pw-one"}}, "-s", "templates/secret.yaml"
+    )
+    assert secret.returncode == 0, secret.stderr
+    body = secret.stdout.split("\n", 2)[2]  # after "---" and "# Source: ..."
+    assert _checksum(one, "checksum/secret") not in _hashes_of(secret.stdout) | _hashes_of(body)
 
 
 def test_zookeeper_connection_comes_from_the_created_secret(helm: str, tmp: Path) -> None:
@@ -521,7 +564,7 @@ def test_existing_secret(helm: str, tmp: Path) -> None:
     assert env["AFFINITY_ZK_AUTH"]["valueFrom"]["secretKeyRef"]["name"] == "zk-credentials"
     assert env["AFFINITY_ZK_AUTH"]["valueFrom"]["secretKeyRef"]["key"] == "acl"
     annotations = rendered.deployment["spec"]["template"]["metadata"]["annotations"]
-    assert "checksum/secret" not in annotations
+    assert len(annotations["checksum/secret"]) == 64
 
 
 def test_downward_api_environment(helm: str, tmp: Path) -> None:
@@ -563,9 +606,51 @@ def test_network_policy(helm: str, tmp: Path) -> None:
     assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
     assert ingress["from"] == [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]
     egress_ports = {(p["port"], p["protocol"]) for rule in spec["egress"] for p in rule["ports"]}
-    assert {(53, "UDP"), (53, "TCP"), (2181, "TCP"), (443, "TCP")} <= egress_ports
+    assert egress_ports == {(53, "UDP"), (53, "TCP"), (2181, "TCP"), (2281, "TCP")}
     zk_rule = next(r for r in spec["egress"] if {"port": 2181, "protocol": "TCP"} in r["ports"])
     assert zk_rule["to"] == [{"podSelector": {"matchLabels": {"app": "zookeeper"}}}]
+
+
+def test_the_default_network_policy_allows_the_metrics_port_and_zookeeper(
+    helm: str, tmp: Path
+) -> None:
+    spec = render(helm, tmp).one("NetworkPolicy")["spec"]
+    assert (
+        spec["podSelector"]["matchLabels"]
+        == render(helm, tmp).deployment["spec"]["selector"]["matchLabels"]
+    )
+    assert spec["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    egress = {(p["port"], p["protocol"]) for rule in spec["egress"] for p in rule["ports"]}
+    assert egress == {(53, "UDP"), (53, "TCP"), (2181, "TCP"), (2281, "TCP")}
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [None, {"limits": None}, {"limits": {"memory": None}}, {"requests": {"cpu": "250m"}}],
+    ids=["null", "limits-null", "memory-null", "requests-only"],
+)
+def test_resources_keep_their_limits(helm: str, tmp: Path, resources: Any) -> None:
+    rendered = render(helm, tmp, {"resources": resources})
+    limits = rendered.container["resources"]["limits"]
+    assert limits == {"cpu": "1", "memory": "256Mi"}
+    requests = rendered.container["resources"]["requests"]
+    assert requests["memory"] == "128Mi"
+    _validate_all(rendered)
+    bigger = render(helm, tmp, {"resources": {"limits": {"memory": "1Gi"}}})
+    assert bigger.container["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+
+
+@pytest.mark.parametrize(
+    "name", ["AFFINITY_ZK_AUTH", "affinity_zk_auth", "AFFINITY_ZOOKEEPER__AUTH"]
+)
+def test_extra_env_refuses_literal_credentials(helm: str, tmp: Path, name: str) -> None:
+    result = _template(helm, tmp, {"extraEnv": [{"name": name, "value": "ops:s3cret-pw"}]})
+    assert result.returncode != 0
+    assert f"extraEnv: {name} has a literal value" in result.stderr
+    assert "zookeeper.auth" in result.stderr
+    assert "s3cret-pw" not in result.stderr
+    from_secret = {"name": name, "valueFrom": {"secretKeyRef": {"name": "zk", "key": "auth"}}}
+    assert _template(helm, tmp, {"extraEnv": [from_secret]}).returncode == 0
 
 
 def test_service_monitor(helm: str, tmp: Path) -> None:
@@ -653,7 +738,13 @@ def test_default_config_loads_with_load_config(helm: str, tmp: Path) -> None:
     assert config.logging.format == "json"
     assert [(i.system, i.stream, i.partitions) for i in config.inputs] == [("kafka", "events", 16)]
     # The chart's defaults are the CLI's defaults (except what a pod needs: JSON logs).
-    cli_defaults = load_config(data={"job": {"name": "clicks"}}, environ={})
+    cli_defaults = load_config(
+        data={
+            "job": {"name": "clicks"},
+            "inputs": [{"system": "k", "stream": "s", "partitions": 1}],
+        },
+        environ={},
+    )
     for section in ("coordinator", "grouper", "ssp_grouper"):
         assert getattr(config, section) == getattr(cli_defaults, section), section
     assert config.zookeeper.root == cli_defaults.zookeeper.root
@@ -807,6 +898,8 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("http-port", {"config": {"coordinator": {"http_port": 70000}}}, "http_port"),
     ("barrier-timeout-0", {"config": {"coordinator": {"barrier_timeout_ms": 0}}}, "barrier"),
     ("auth-not-user-password", {"zookeeper": {"auth": "secret"}}, "zookeeper.auth"),
+    ("auth-without-user", {"zookeeper": {"auth": ":secret"}}, "zookeeper.auth"),
+    ("old-rbac-key", {"rbac": {"create": True}}, "rbac"),
     ("pull-policy", {"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
     ("empty-connect", {"zookeeper": {"connect": ""}}, "zookeeper.connect"),
     ("tls-without-secret", {"zookeeper": {"tls": {"enabled": True}}}, "existingSecret"),

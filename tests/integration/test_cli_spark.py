@@ -35,6 +35,7 @@ def test_pod_template_weights_nodes_by_the_state_they_hold(
     config.write_text(
         "job: {name: clicks, id: '1', run_id: r1}\n"
         f"zookeeper: {{connect: '{zk_server.hosts}', root: /affinity-podtemplate}}\n"
+        "inputs: [{system: kafka, stream: events, partitions: 4}]\n"
     )
     out = tmp_path / "executor.yaml"
     proc = subprocess.run(

@@ -7,8 +7,10 @@ config (any free port) and read back from its ``coordinator.started`` JSON log l
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -158,6 +160,7 @@ def test_health_ready_and_metrics(
     [
         ("coordinator: {debounce: 5}\n", "coordinator.debounce"),
         ("coordinator: {debounce_ms: -5}\n", "coordinator.debounce_ms"),
+        ("coordinator: {debounce_ms: true}\n", "coordinator.debounce_ms"),
         ("zookeeper: {session_timeout_ms: ten}\n", "zookeeper.session_timeout_ms"),
     ],
 )
@@ -231,3 +234,41 @@ def test_wrong_credentials_back_off_name_the_path_and_are_not_ready(
         for line in body.splitlines()
     )
     assert get(leader, "/readyz") == (200, "ready\n")
+
+
+def test_a_replica_under_300_held_connections(
+    zk_server: ZooKeeperServer, processes: Processes, tmp_path: Path
+) -> None:
+    """The real process: held connections add no threads, HEAD answers 200 without a body, and
+    the replica answers again once the clients are cut off (read timeout 5 s)."""
+    config = str(write_config(tmp_path / "job.yaml", zk_server.hosts))
+    popen, log = processes.start("coordinator-0", "coordinator", "run", "--config", config)
+    port = processes.http_port(popen, log)
+    wait_for(lambda: get(port, "/readyz")[0] == 200, 20, "readiness")
+    tasks = Path(f"/proc/{popen.pid}/task")
+    before = len(list(tasks.iterdir()))
+    held = []
+    try:
+        for _ in range(300):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"GET /metr")
+            held.append(sock)
+        time.sleep(1.0)
+        during = len(list(tasks.iterdir()))
+    finally:
+        for sock in held:
+            sock.close()
+    assert during <= before + 1, f"threads: {before} before, {during} with 300 held connections"
+
+    def head_ok() -> bool:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            connection.request("HEAD", "/healthz")
+            answer = connection.getresponse()
+            return answer.status == 200 and answer.read() == b""
+        finally:
+            connection.close()
+
+    wait_for(head_ok, 20, "HEAD /healthz 200")
+    assert popen.poll() is None
+    assert "Traceback" not in log.read_text()

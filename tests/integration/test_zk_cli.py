@@ -4,8 +4,11 @@ real command (a subprocess), so stdout holds only the answer."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -211,3 +214,132 @@ def test_protected_job_without_credentials_exits_1(
     assert "permission denied" in one_error_line(denied)
     assert allowed.returncode == 0, allowed.stderr
     assert load_job_model_document(allowed.stdout).model == model(1)
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    """531 bytes of nested aliases (9**9 values) once ran ``jobmodel show`` to 2.6 GB over 90 s;
+    under a 1 GB address-space limit the command must answer in one line, quickly."""
+    lines = ["job: {name: bomb}", "inputs: [{system: k, stream: s, partitions: 1}]"]
+    lines.append("a: &a [" + ",".join(['"lol"'] * 9) + "]")
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "jobmodel", "show", "--config", str(bomb)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)),
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "YAML aliases (*a, line 4) are not supported" in one_error_line(result)
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize(
+    ("zookeeper", "key"),
+    [
+        ({"session_timeout_ms": True}, "zookeeper.session_timeout_ms"),
+        ({"auth": "secretpw"}, "auth"),
+    ],
+)
+def test_bad_zookeeper_values_exit_2_without_echoing_secrets(
+    tmp_path: Path, zookeeper: dict[str, object], key: str
+) -> None:
+    config = write_config(tmp_path / "job.yaml", "127.0.0.1:2181", "/affinity", **zookeeper)
+    result = affinity("jobmodel", "show", "--config", str(config))
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert key in line
+    assert "secretpw" not in line
+
+
+# ---------------------------------------------------------------- one line, no traceback
+
+
+def run_command(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m coordinator.cli ...``; a command that does not end in time fails the test."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=timeout_s,
+            env={**os.environ, **(env or {})},
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(
+            f"{args[:2]} still running after {timeout_s} s: {exc.stdout!r}"
+        ) from None
+
+
+def only_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """stderr is exactly one ``affinity: error:`` line; nothing anywhere is a traceback."""
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("affinity: error: "), lines[0]
+    return lines[0]
+
+
+LONG_RUNNING = (
+    ("coordinator", "run", "--http-port", "0"),
+    ("processor", "run", "--processor-id", "p-1", "--location", "zone-a/h1"),
+)
+
+
+@pytest.mark.parametrize("command", [*LONG_RUNNING, ("jobmodel", "show")], ids=lambda c: c[0])
+def test_unreachable_zookeeper_is_one_line_exit_1(tmp_path: Path, command: tuple[str, ...]) -> None:
+    config = write_config(
+        tmp_path / "job.yaml", f"127.0.0.1:{free_port()}", "/affinity", connect_timeout_ms=1000
+    )
+    result = run_command(*command[:2], "--config", str(config), *command[2:])
+    assert result.returncode == 1
+    assert "could not connect to ZooKeeper within 1.0s" in only_error_line(result)
+
+
+@pytest.mark.parametrize("command", [*LONG_RUNNING, ("jobmodel", "show")], ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    ("env", "key"),
+    [
+        ({"AFFINITY_ZK_CONNECT": "::::not a host"}, "zookeeper.connect"),
+        ({"AFFINITY_ZK_CONNECT": "zk-0:2181,,zk-2:2181"}, "zookeeper.connect"),
+        ({"AFFINITY_ZK_AUTH": ":pw"}, "zookeeper.auth"),
+    ],
+    ids=["bad-hostname", "empty-host", "auth-without-user"],
+)
+def test_a_bad_connect_string_or_auth_is_one_line_exit_2(
+    tmp_path: Path, command: tuple[str, ...], env: dict[str, str], key: str
+) -> None:
+    config = write_config(tmp_path / "job.yaml", "127.0.0.1:2181", "/affinity")
+    result = run_command(*command[:2], "--config", str(config), *command[2:], env=env)
+    assert result.returncode == 2
+    line = only_error_line(result)
+    assert f"{key}: " in line
+    assert ":pw" not in line
+
+
+def test_a_processor_with_wrong_credentials_stops_with_one_line(
+    zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient], tmp_path: Path
+) -> None:
+    """It used to retry its registration every second for ever (``member.store_error``)."""
+    root = f"/cli-{uuid.uuid4().hex[:8]}"
+    store = ZkMetadataStore(
+        zk_connect(zk_server.hosts, auth="ops:pw"), f"{root}/clicks-1", run_id="r1", auth="ops:pw"
+    )
+    store.ensure_layout()
+    config = write_config(tmp_path / "job.yaml", zk_server.hosts, root, auth="ops:wrong")
+    result = run_command(
+        *LONG_RUNNING[1][:2], "--config", str(config), *LONG_RUNNING[1][2:], timeout_s=30
+    )
+    assert result.returncode == 1
+    line = only_error_line(result)
+    assert f"{root}/clicks-1/" in line
+    assert "permission denied" in line
+    assert store.processors.locality() == {}

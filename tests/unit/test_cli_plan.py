@@ -149,3 +149,37 @@ def test_console_script_runs_end_to_end(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert load_job_model_document(proc.stdout).model.version == 7
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'\xff\xfe{"tasks": []}', "snapshot.json is not UTF-8 text"),
+        (b"[" * 100_000 + b"]" * 100_000, "not valid JSON: nested too deeply"),
+        (
+            b'{"tasks": [], "version": ' + b"9" * 100_000 + b"}",
+            "not valid JSON: a number has 100000 digits (at most 30)",
+        ),
+    ],
+    ids=["not-utf8", "deep", "huge-number"],
+)
+def test_unusable_snapshot_files_are_one_line_exit_2(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    """A real ``python -m coordinator.cli plan`` process: one line on stderr, no traceback."""
+    path = tmp_path / "snapshot.json"
+    path.write_bytes(content)
+    command = ["plan", "--grouper", "host-affinity", "--input", str(path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("affinity: error: plan: ")
+    assert message in lines[0]
+    assert proc.stdout == ""

@@ -21,7 +21,8 @@ grouper: {name: host-affinity, options: {}}
 coordinator: {debounce_ms: 2000, barrier_timeout_ms: 30000, processor_grace_ms: 0}
 """
 
-MINIMAL = {"job": {"name": "clicks"}}
+INPUTS = [{"system": "kafka", "stream": "events", "partitions": 16}]
+MINIMAL = {"job": {"name": "clicks"}, "inputs": INPUTS}
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "job.yaml") -> Path:
@@ -42,7 +43,7 @@ def config_error(*args: Any, **kwargs: Any) -> str:
 
 
 def with_section(section: str, **values: Any) -> dict[str, Any]:
-    return {"job": {"name": "clicks"}, section: values}
+    return {"job": {"name": "clicks"}, "inputs": INPUTS, section: values}
 
 
 # ---------------------------------------------------------------- loading
@@ -84,8 +85,7 @@ def test_defaults() -> None:
     assert config.zookeeper.session_timeout_ms == 10000
     assert config.zookeeper.auth == ""
     assert config.zookeeper.use_ssl is False
-    assert config.inputs == []
-    assert config.stream_inputs() == []
+    assert config.stream_inputs() == [StreamInput("kafka", "events", 16)]
     assert config.ssp_grouper.name == "group-by-partition"
     assert config.grouper.name == "host-affinity"
     assert config.grouper.options == {}
@@ -97,7 +97,11 @@ def test_defaults() -> None:
 
 def test_grouper_options_are_kept() -> None:
     config = load_config(
-        data={"job": {"name": "c"}, "grouper": {"name": "x", "options": {"balance_slack": 2}}},
+        data={
+            "job": {"name": "c"},
+            "inputs": INPUTS,
+            "grouper": {"name": "x", "options": {"balance_slack": 2}},
+        },
         environ={},
     )
     assert config.grouper.name == "x"
@@ -122,7 +126,8 @@ def test_config_is_frozen() -> None:
 )
 def test_job_folder(root: str, name: str, job_id: str, folder: str) -> None:
     config = load_config(
-        data={"job": {"name": name, "id": job_id}, "zookeeper": {"root": root}}, environ={}
+        data={"job": {"name": name, "id": job_id}, "inputs": INPUTS, "zookeeper": {"root": root}},
+        environ={},
     )
     assert config.job_folder == folder
 
@@ -187,7 +192,11 @@ def test_nested_env_names_override_the_file(tmp_path: Path) -> None:
 
 
 def test_env_alone_can_supply_the_job() -> None:
-    config = load_config(environ={"AFFINITY_JOB_NAME": "from-env"})
+    environ = {
+        "AFFINITY_JOB_NAME": "from-env",
+        "AFFINITY_INPUTS": '[{"system": "kafka", "stream": "e", "partitions": 3}]',
+    }
+    config = load_config(environ=environ)
     assert config.job.name == "from-env"
 
 
@@ -273,8 +282,10 @@ def test_dotenv_in_working_directory_is_not_read(
 
 
 def test_loads_do_not_leak_into_each_other() -> None:
-    first = load_config(data={"job": {"name": "a"}}, environ={"AFFINITY_ZK_ROOT": "/x"})
-    second = load_config(data={"job": {"name": "b"}}, environ={})
+    first = load_config(
+        data={"job": {"name": "a"}, "inputs": INPUTS}, environ={"AFFINITY_ZK_ROOT": "/x"}
+    )
+    second = load_config(data={"job": {"name": "b"}, "inputs": INPUTS}, environ={})
     assert first.zookeeper.root == "/x"
     assert second.zookeeper.root == "/affinity"
     assert second.job.name == "b"
@@ -312,10 +323,14 @@ def test_loads_do_not_leak_into_each_other() -> None:
         ({"job": {"name": "c"}, "inputs": {"system": "k"}}, "inputs", "valid list"),
         ({"zookeeper": {}}, "job", "Field required"),
         ({"job": {}}, "job.name", "Field required"),
-        ({"job": {"name": ""}}, "job.name", "at least 1 character"),
-        ({"job": {"name": "a/b"}}, "job.name", "pattern"),
-        ({"job": {"name": "c"}, "extra": 1}, "extra", "unknown key"),
-        ({"job": {"name": "c"}, "logging": {"level": "loud"}}, "logging.level", "'loud'"),
+        ({"job": {"name": ""}, "inputs": INPUTS}, "job.name", "at least 1 character"),
+        ({"job": {"name": "a/b"}, "inputs": INPUTS}, "job.name", "pattern"),
+        ({"job": {"name": "c"}, "inputs": INPUTS, "extra": 1}, "extra", "unknown key"),
+        (
+            {"job": {"name": "c"}, "inputs": INPUTS, "logging": {"level": "loud"}},
+            "logging.level",
+            "'loud'",
+        ),
     ],
 )
 def test_bad_values_name_the_key(data: dict[str, Any], key: str, problem: str) -> None:
@@ -404,3 +419,107 @@ def test_affinity_grouper_env_selects_the_grouper(tmp_path: Path) -> None:
     config = load_config(path, environ={"AFFINITY_GROUPER": "round-robin"})
     assert config.grouper.name == "round-robin"
     assert config.grouper.options == {"balance_slack": 1}
+
+
+# ---------------------------------------------------------------- hardening (issue 15)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        (with_section("coordinator", debounce_ms=True), "coordinator.debounce_ms"),
+        (with_section("coordinator", http_port=False), "coordinator.http_port"),
+        (with_section("zookeeper", session_timeout_ms=True), "zookeeper.session_timeout_ms"),
+        (with_section("grouper", timeout_ms=True), "grouper.timeout_ms"),
+        (
+            {"job": {"name": "c"}, "inputs": [{"system": "k", "stream": "e", "partitions": True}]},
+            "inputs.0.partitions",
+        ),
+    ],
+)
+def test_a_boolean_is_not_a_number(data: dict[str, Any], key: str) -> None:
+    message = config_error(data=data)
+    assert f"{key}: Input should be a whole number, not true/false" in message
+
+
+def test_a_boolean_from_the_environment_is_not_a_number_either() -> None:
+    message = config_error(data=MINIMAL, environ={"AFFINITY_DEBOUNCE_MS": "true"})
+    assert "coordinator.debounce_ms" in message
+    # Digits from the environment still are numbers.
+    assert load_config(data=MINIMAL, environ={"AFFINITY_DEBOUNCE_MS": "7"}).coordinator.debounce_ms
+
+
+SECRET = "s3cret-Passw0rd"
+
+
+@pytest.mark.parametrize(
+    ("data", "environ", "key"),
+    [
+        (with_section("zookeeper", auth=SECRET), {}, "zookeeper.auth"),
+        (MINIMAL, {"AFFINITY_ZK_AUTH": SECRET}, "zookeeper.auth"),
+        (MINIMAL, {"AFFINITY_ZOOKEEPER__AUTH": SECRET}, "zookeeper.auth"),
+        ({**MINIMAL, "zookeeper": f"ops:{SECRET}"}, {}, "zookeeper"),
+        (with_section("zookeeper", auht=f"ops:{SECRET}"), {}, "zookeeper.auht"),
+        (MINIMAL, {"AFFINITY_ZOOKEEPER": f'{{"auth": "ops:{SECRET}"'}, "zookeeper"),
+        (
+            with_section("zookeeper", auth=f"ops:{SECRET}", root="x", session_timeout_ms=SECRET),
+            {},
+            "zookeeper.session_timeout_ms",
+        ),
+    ],
+)
+def test_a_secret_is_never_echoed(data: dict[str, Any], environ: dict[str, str], key: str) -> None:
+    message = config_error(data=data, environ=environ)
+    assert key in message
+    assert SECRET not in message
+    assert "Passw0rd" not in message
+
+
+def test_a_large_value_is_cut_in_the_error() -> None:
+    huge = "x" * 1_000_000
+    message = config_error(data=with_section("coordinator", nope=huge))
+    assert "coordinator.nope: unknown key (got 'xxxx" in message
+    assert "(1000002 characters)" in message
+    assert len(message) < 300
+    message = config_error(data=with_section("coordinator", nope=list(range(100_000))))
+    assert len(message) < 300
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"job": {"name": "c"}}, "inputs: Field required"),
+        ({"job": {"name": "c"}, "inputs": []}, "inputs: List should have at least 1 item"),
+    ],
+)
+def test_a_job_needs_inputs(data: dict[str, Any], problem: str) -> None:
+    assert problem in config_error(data=data)
+
+
+def alias_bomb(levels: int = 9) -> str:
+    lines = ["job: {name: bomb}", "inputs: [{system: k, stream: s, partitions: 1}]"]
+    lines.append("a: &a [" + ",".join(['"lol"'] * 9) + "]")
+    for previous, name in zip("abcdefghi", "bcdefghij"[: levels - 1], strict=False):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_aliases_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, alias_bomb())
+    assert len(path.read_bytes()) < 600
+    message = config_error(path)
+    assert f"configuration file {path}: YAML aliases (*a, line 4) are not supported" in message
+    # Even one alias: an anchor alone is harmless, a reference to it is refused.
+    message = config_error(write(tmp_path, FULL_YAML + "grouper: {name: &g x, options: {y: *g}}"))
+    assert "YAML aliases (*g" in message
+
+
+def test_yaml_size_count_and_depth_are_bounded(tmp_path: Path) -> None:
+    from coordinator.config import MAX_CONFIG_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+
+    big = write(tmp_path, FULL_YAML + "#" * MAX_CONFIG_BYTES, name="big.yaml")
+    assert f"larger than {MAX_CONFIG_BYTES} bytes" in config_error(big)
+    many = FULL_YAML + "grouper: {options: {x: [" + "1," * MAX_YAML_NODES + "1]}}\n"
+    assert f"more than {MAX_YAML_NODES} YAML values" in config_error(write(tmp_path, many))
+    deep = FULL_YAML + "grouper: {options: {x: " + "[" * 100_000 + "]" * 100_000 + "}}\n"
+    assert f"nested more than {MAX_YAML_DEPTH} deep" in config_error(write(tmp_path, deep))

@@ -51,6 +51,40 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{- define "affinity.processorServiceAccountName" -}}
+{{- default (printf "%s-processor" (include "affinity.fullname" .)) .Values.processorRbac.serviceAccountName | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The container's resources: `resources` from values merged over these defaults, so that a null or
+partial `resources` (or `limits: null`) never leaves the container without limits.
+*/}}
+{{- define "affinity.resources" -}}
+{{- $defaults := dict "requests" (dict "cpu" "100m" "memory" "128Mi") "limits" (dict "cpu" "1" "memory" "256Mi") }}
+{{- $given := .Values.resources | default dict }}
+{{- $resources := dict }}
+{{- range $part, $values := $defaults }}
+{{- $merged := deepCopy $values }}
+{{- range $key, $value := (get $given $part | default dict) }}
+{{- if not (kindIs "invalid" $value) }}
+{{- $_ := set $merged $key $value }}
+{{- end }}
+{{- end }}
+{{- $_ := set $resources $part $merged }}
+{{- end }}
+{{- toYaml $resources }}
+{{- end }}
+
+{{/*
+What `checksum/secret` hashes: the Secret's name, the connect string (not a secret: the logs show
+it) and zookeeper.credentialsRevision. Never the credentials: a hash of a short password in the
+pod template can be brute-forced. Bump credentialsRevision to roll the pods after changing them.
+*/}}
+{{- define "affinity.secretChecksum" -}}
+{{- $connect := ternary "" .Values.zookeeper.connect (not (empty .Values.zookeeper.existingSecret)) }}
+{{- printf "%s\n%s\n%v" (include "affinity.zookeeperSecretName" .) $connect .Values.zookeeper.credentialsRevision | sha256sum }}
+{{- end }}
+
 {{- define "affinity.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
@@ -103,6 +137,11 @@ Checks the schema cannot express; each failure names the value to fix.
 {{- end }}
 {{- if and .Values.zookeeper.tls.certKey (not .Values.zookeeper.tls.keyKey) }}
 {{- fail "zookeeper.tls.certKey is set but zookeeper.tls.keyKey is empty: a client certificate needs its key" }}
+{{- end }}
+{{- range .Values.extraEnv }}
+{{- if and (has (upper .name) (list "AFFINITY_ZK_AUTH" "AFFINITY_ZOOKEEPER__AUTH" "AFFINITY_ZOOKEEPER")) (hasKey . "value") }}
+{{- fail (printf "extraEnv: %s has a literal value: ZooKeeper credentials must not be written into the pod spec; set zookeeper.auth (the chart puts it in a Secret) or zookeeper.existingSecret and zookeeper.authKey" .name) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) }}
 {{- fail "podDisruptionBudget: set either minAvailable or maxUnavailable, not both (set the other to null)" }}
