@@ -114,6 +114,14 @@ class CoordinatorSection(_Section):
     http_port: int = Field(default=8080, ge=0, le=65535)
 
 
+class StateSection(_Section):
+    """Where a stateful streaming query keeps its state (``stateful_foreach_batch``)."""
+
+    checkpoint_dir: str = ""  # durable: key-group checkpoints and batch records
+    local_dir: str = ""  # on every executor host: local copies ("": <tmp>/affinity-state)
+    max_parallelism: int = Field(default=1024, ge=1, le=1 << 20)  # key groups
+
+
 class LoggingSection(_Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -209,6 +217,7 @@ class JobConfig(BaseSettings):
     ssp_grouper: SspGrouperSection = Field(default_factory=SspGrouperSection)
     grouper: GrouperSection = Field(default_factory=GrouperSection)
     coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
+    state: StateSection = Field(default_factory=StateSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @classmethod

@@ -9,6 +9,7 @@ whose local copy stays on the executor's host.
   copy at a stable path, or restored from the latest committed checkpoint (bytes counted);
 - :mod:`~locality.spark.state.schema` / :mod:`~locality.spark.state.groupstate`: the state
   schema and the ``state`` argument of an ``applyInPandasWithState`` function;
+- :mod:`~locality.spark.state.keyspace`: which task and key group a key belongs to;
 - :mod:`~locality.spark.state.runner`: one task's micro-batch.
 
 Runs on executors: imports only the standard library (pandas lazily) and its own modules; no

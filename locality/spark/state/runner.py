@@ -30,7 +30,14 @@ from locality.spark.state.store import StoreSpec, open_task_state, save_task_sta
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["QuerySpec", "StatefulFunctionError", "TaskBatch", "TaskOutcome", "run_task_batch"]
+__all__ = [
+    "QuerySpec",
+    "StatefulFunctionError",
+    "TaskBatch",
+    "TaskOutcome",
+    "run_on_executor",
+    "run_task_batch",
+]
 
 StatefulFunction = Callable[[tuple[Any, ...], Iterator["pd.DataFrame"], KeyState], Iterator[Any]]
 
@@ -121,6 +128,16 @@ def run_task_batch(spec: QuerySpec, work: TaskBatch, location: str) -> TaskOutco
         open_s=opened.seconds,
         run_s=time.perf_counter() - began,
     )
+
+
+def run_on_executor(task: str, payload: tuple[QuerySpec, TaskBatch]) -> TaskOutcome:
+    """``run_pinned``'s function: the task's batch at this executor's location id (the one the
+    driver registered it with: ``AFFINITY_LOCATION_ID``, else the host)."""
+    from locality.spark.provider import SparkExecutorLocationIdProvider
+
+    spec, work = payload
+    assert work.task == task, (task, work.task)
+    return run_task_batch(spec, work, SparkExecutorLocationIdProvider().location_id())
 
 
 def _empty(columns: Sequence[str]) -> pd.DataFrame:
