@@ -24,7 +24,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -43,21 +42,27 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from coordinator.config_file import (
+    MAX_CONFIG_BYTES,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    ConfigError,
+    read_config_file,
+)
 from metadata.model import StreamInput
 from metadata.zk.client import check_hosts, split_auth
 
-__all__ = ["ENV_ALIASES", "ConfigError", "JobConfig", "load_config"]
+__all__ = [
+    "ENV_ALIASES",
+    "MAX_CONFIG_BYTES",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
+    "ConfigError",
+    "JobConfig",
+    "load_config",
+]
 
 
-class ConfigError(ValueError):
-    """The job configuration is unusable; the message names each bad key."""
-
-
-#: A configuration file larger than this is refused before it is parsed.
-MAX_CONFIG_BYTES = 1 << 20
-#: At most this many YAML nodes, nested at most this deep (a job config has a few dozen).
-MAX_YAML_NODES = 10_000
-MAX_YAML_DEPTH = 32
 #: An echoed value ("got ...") is cut to this many characters.
 MAX_ECHO_CHARS = 80
 
@@ -151,6 +156,14 @@ class CoordinatorSection(_Section):
     allow_dropping_all_tasks: bool = False
     http_host: str = "0.0.0.0"
     http_port: Int = Field(default=8080, ge=0, le=65535)
+
+
+class StateSection(_Section):
+    """Where a stateful streaming query keeps its state (``stateful_foreach_batch``)."""
+
+    checkpoint_dir: str = ""  # durable: key-group checkpoints and batch records
+    local_dir: str = ""  # on every executor host: local copies ("": <tmp>/affinity-state)
+    max_parallelism: int = Field(default=1024, ge=1, le=1 << 20)  # key groups
 
 
 class LoggingSection(_Section):
@@ -249,6 +262,7 @@ class JobConfig(BaseSettings):
     ssp_grouper: SspGrouperSection = Field(default_factory=SspGrouperSection)
     grouper: GrouperSection = Field(default_factory=GrouperSection)
     coordinator: CoordinatorSection = Field(default_factory=CoordinatorSection)
+    state: StateSection = Field(default_factory=StateSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
 
     @classmethod
@@ -323,61 +337,6 @@ def _format_errors(exc: ValidationError, source: str, secrets: Iterable[str]) ->
     return _scrub(f"invalid configuration in {source}: " + "; ".join(lines), secrets)
 
 
-class _ConfigLoader(yaml.SafeLoader):
-    """YAML's safe loader without aliases (a few hundred bytes of nested aliases expand to
-    billions of values) and with at most MAX_YAML_NODES nodes, MAX_YAML_DEPTH deep."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._nodes = 0
-        self._depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
-        mark = event.start_mark
-        line = f"line {mark.line + 1}" if mark is not None else "line ?"
-        if isinstance(event, yaml.AliasEvent):
-            raise ConfigError(f"YAML aliases (*{event.anchor}, {line}) are not supported")
-        self._nodes += 1
-        if self._nodes > MAX_YAML_NODES:
-            raise ConfigError(f"more than {MAX_YAML_NODES} YAML values ({line})")
-        if self._depth >= MAX_YAML_DEPTH:
-            raise ConfigError(f"values nested more than {MAX_YAML_DEPTH} deep ({line})")
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-
-def _read_file(path: str | Path) -> dict[str, Any]:
-    """The file's top-level mapping; ConfigError naming the file for anything unusable."""
-    source = str(path)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {source}: {exc.strerror}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"configuration file {source} is larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"configuration file {source} is not UTF-8 text: {exc}") from None
-    loader = _ConfigLoader(text)
-    try:
-        data = loader.get_single_data() or {}
-    except ConfigError as exc:
-        raise ConfigError(f"configuration file {source}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"configuration file {source} is not valid YAML: {exc}") from None
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
-        raise ConfigError(f"configuration file {source} must hold a mapping at the top level")
-    return data
-
-
 def load_config(
     path: str | Path | None = None,
     *,
@@ -386,7 +345,7 @@ def load_config(
 ) -> JobConfig:
     """Load the job configuration from a YAML file (or ``data``), overridden by ``environ``."""
     source = str(path) if path is not None else "<data>"
-    file_data = _read_file(path) if path is not None else dict(data or {})
+    file_data = read_config_file(path) if path is not None else dict(data or {})
     env = dict(os.environ if environ is None else environ)
     secrets = _secrets(file_data, env)
     token = _SOURCES.set((file_data, env))

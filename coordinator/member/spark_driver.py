@@ -38,7 +38,13 @@ from metadata.zk import ZkMetadataStore
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-__all__ = ["DriverAssignment", "NotInForce", "SparkDriverMember"]
+__all__ = ["DriverAssignment", "NotInForce", "SparkDriverMember", "executor_cores"]
+
+
+def executor_cores(sc: SparkContext) -> int:
+    """``spark.executor.cores`` (1 when unset or not a number): each executor's capacity."""
+    value = str(sc.getConf().get("spark.executor.cores", "1") or "1")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 class NotInForce(TimeoutError):
@@ -71,8 +77,14 @@ class SparkDriverMember:
         self.group = MemberGroup(
             client, store, on_start=self._tasks_changed, on_stop=self._tasks_changed, job=job
         )
+        capacity = {"capacity": executor_cores(sc)}  # balance by capacity (DESIGN.md)
         self.registrar = ExecutorRegistrar.for_context(
-            sc, store, prefix=prefix, location_of=location_of, extra=extra, members=self.group
+            sc,
+            store,
+            prefix=prefix,
+            location_of=location_of,
+            extra={**capacity, **(extra or {})},
+            members=self.group,
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(

@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,11 +318,17 @@ def executor_pythonpath() -> str:
     import affinity_pipeline
     import locality
 
-    folders = {
-        str(Path(affinity_pipeline.__file__).resolve().parent.parent),
-        str(Path(locality.__file__).resolve().parent.parent),
-    }
-    return os.pathsep.join(sorted(folders))
+    folders = sorted(
+        {
+            str(Path(affinity_pipeline.__file__).resolve().parent.parent),
+            str(Path(locality.__file__).resolve().parent.parent),
+        }
+    )
+    if sys.prefix != sys.base_prefix:
+        # A virtualenv whose python is a symlink: Python workers may start as the base
+        # interpreter (seen: pyenv), without the virtualenv's packages (pandas, pyarrow).
+        folders.append(sysconfig.get_path("purelib"))
+    return os.pathsep.join(folders)
 
 
 def spark_session(

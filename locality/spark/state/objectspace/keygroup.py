@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from affinity_pipeline.objectspace.chain import Chain
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.chain import Chain
+from locality.spark.state.objectspace.encoding import (
     JSON,
     CorruptCheckpointError,
     ObjectKind,
@@ -22,9 +22,9 @@ from affinity_pipeline.objectspace.encoding import (
     int_field,
     json_list,
 )
-from affinity_pipeline.objectspace.lists import PersistedList
-from affinity_pipeline.objectspace.maps import PersistedMap
-from affinity_pipeline.objectspace.objects import PersistedObject, PersistedValue
+from locality.spark.state.objectspace.lists import PersistedList
+from locality.spark.state.objectspace.maps import PersistedMap
+from locality.spark.state.objectspace.objects import PersistedObject, PersistedValue
 
 __all__ = ["KeyGroup", "decode_object"]
 

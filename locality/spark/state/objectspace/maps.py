@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.encoding import (
     JSON,
     CorruptCheckpointError,
     ObjectKind,
     json_list,
     json_problem,
 )
-from affinity_pipeline.objectspace.objects import PersistedObject
+from locality.spark.state.objectspace.objects import PersistedObject
 
 if TYPE_CHECKING:
-    from affinity_pipeline.objectspace.keygroup import KeyGroup
+    from locality.spark.state.objectspace.keygroup import KeyGroup
 
 __all__ = ["PersistedMap"]
 

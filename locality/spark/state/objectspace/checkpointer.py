@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from affinity_pipeline.objectspace.compaction import CompactionPolicy
-from affinity_pipeline.objectspace.encoding import ObjectSpaceError
-from affinity_pipeline.objectspace.fileformat import (
+from locality.spark.state.objectspace.compaction import CompactionPolicy
+from locality.spark.state.objectspace.encoding import ObjectSpaceError
+from locality.spark.state.objectspace.fileformat import (
     FILE_RE,
     base_document,
     delta_document,
     file_name,
 )
-from affinity_pipeline.objectspace.keygroup import KeyGroup
-from affinity_pipeline.objectspace.storage import CheckpointStorage
+from locality.spark.state.objectspace.keygroup import KeyGroup
+from locality.spark.state.objectspace.storage import CheckpointStorage
 
 __all__ = ["CheckpointReport", "checkpoint_groups"]
 

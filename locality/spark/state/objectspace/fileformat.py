@@ -12,14 +12,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.encoding import (
     JSON,
     CorruptCheckpointError,
     dumps,
     int_field,
     parse,
 )
-from affinity_pipeline.objectspace.storage import CheckpointStorage
+from locality.spark.state.objectspace.storage import CheckpointStorage
 
 __all__ = [
     "FILE_RE",

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.encoding import (
     CorruptCheckpointError,
     ObjectSpaceError,
     int_field,
 )
-from affinity_pipeline.objectspace.fileformat import FileReader, scan
-from affinity_pipeline.objectspace.keygroup import KeyGroup
-from affinity_pipeline.objectspace.storage import CheckpointStorage
+from locality.spark.state.objectspace.fileformat import FileReader, scan
+from locality.spark.state.objectspace.keygroup import KeyGroup
+from locality.spark.state.objectspace.storage import CheckpointStorage
 
 __all__ = ["LoadReport", "load_group", "load_groups"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from affinity_pipeline.objectspace.encoding import positive_int
+from locality.spark.state.objectspace.encoding import positive_int
 
 __all__ = ["CompactionPolicy"]
 

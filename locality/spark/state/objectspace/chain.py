@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.encoding import (
     JSON,
     CorruptCheckpointError,
     int_field,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.encoding import (
     JSON,
     CorruptCheckpointError,
     ObjectKind,
@@ -21,7 +21,7 @@ from affinity_pipeline.objectspace.encoding import (
 )
 
 if TYPE_CHECKING:
-    from affinity_pipeline.objectspace.keygroup import KeyGroup
+    from locality.spark.state.objectspace.keygroup import KeyGroup
 
 __all__ = ["PersistedObject", "PersistedValue"]
 

@@ -2,17 +2,17 @@
 differentially; rescaling (extract, drop, merge) and a serialized local copy.
 
 The checkpoint and load algorithms live in :mod:`.checkpointer` and :mod:`.loader`; this module
-holds the space and its key groups. Imports the package's other modules and ``groupers`` (a
-key's key group).
+holds the space and its key groups. Imports the package's other modules only: a key's key group
+is the caller's (``affinity_pipeline.objectspace`` adds :func:`groupers.keygroups.key_group`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from affinity_pipeline.objectspace.checkpointer import CheckpointReport, checkpoint_groups
-from affinity_pipeline.objectspace.compaction import CompactionPolicy
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.checkpointer import CheckpointReport, checkpoint_groups
+from locality.spark.state.objectspace.compaction import CompactionPolicy
+from locality.spark.state.objectspace.encoding import (
     JSON,
     CorruptCheckpointError,
     ObjectSpaceError,
@@ -22,11 +22,10 @@ from affinity_pipeline.objectspace.encoding import (
     parse,
     positive_int,
 )
-from affinity_pipeline.objectspace.keygroup import KeyGroup
-from affinity_pipeline.objectspace.loader import LoadReport, load_groups
-from affinity_pipeline.objectspace.storage import CheckpointStorage
-from groupers.keygroups import key_group as _key_group_of_key
-from groupers.keys import Key
+from locality.spark.state.objectspace.fileformat import scan
+from locality.spark.state.objectspace.keygroup import KeyGroup
+from locality.spark.state.objectspace.loader import LoadReport, load_groups
+from locality.spark.state.objectspace.storage import CheckpointStorage
 
 __all__ = ["ObjectSpace", "ranges_text"]
 
@@ -105,13 +104,6 @@ class ObjectSpace:
                 f"key group {key_group} is not in this object space ({ranges_text(self._groups)})"
             ) from None
 
-    def key_group_of(self, key: Key) -> int:
-        """``key``'s key group (:func:`groupers.keygroups.key_group`)."""
-        return _key_group_of_key(key, self._max_parallelism)
-
-    def group_for_key(self, key: Key) -> KeyGroup:
-        return self.group(self.key_group_of(key))
-
     def batches(self) -> dict[int, int]:
         """Key group -> the batch of its last checkpoint (-1: none)."""
         return {g: self._groups[g].batch for g in sorted(self._groups)}
@@ -167,6 +159,35 @@ class ObjectSpace:
         space._groups.update(loaded)
         return space, report
 
+    # -- a local copy on other storage --
+    def attach(self, storage: CheckpointStorage) -> None:
+        """Write future checkpoints to ``storage`` (a space loaded from a local copy of the
+        files, attached to the durable storage those files were copied from)."""
+        self._storage = storage
+
+    def abandoned(self) -> dict[int, list[str]]:
+        """Key group -> the files past its loaded position (deleted before its next write)."""
+        return {g: list(k._chain.abandoned) for g, k in sorted(self._groups.items())}
+
+    def adopt_abandoned(self) -> int:
+        """List this space's key groups on its storage and mark every file past a key group's
+        position as abandoned (deleted, newest first, before its next write): files another
+        attempt wrote after the state this space holds (a space from a local copy has not seen
+        them). Reads no file; returns how many it marked."""
+        storage = self._storage
+        if storage is None:
+            raise ObjectSpaceError("this object space has no storage (pass storage=...)")
+        marked = 0
+        for g in sorted(self._groups):
+            chain = self._groups[g]._chain
+            bases, deltas = scan(storage, g)
+            every = {**bases, **deltas}
+            later = sorted((s for s in every if s >= chain.next_seq), reverse=True)
+            chain.abandoned = [every[s] for s in later]
+            chain.known = chain.known or bool(every)
+            marked += len(later)
+        return marked
+
     # -- rescaling --
     def extract(self, key_groups: Iterable[int]) -> ObjectSpace:
         """Move ``key_groups`` (state, dirty tracking, chain positions) to a new space."""
@@ -176,7 +197,7 @@ class ObjectSpace:
             raise ObjectSpaceError(
                 f"key groups {missing} are not in this object space ({ranges_text(self._groups)})"
             )
-        other = ObjectSpace(self._max_parallelism, storage=self._storage, policy=self._policy)
+        other = type(self)(self._max_parallelism, storage=self._storage, policy=self._policy)
         for g in groups:
             other._groups[g] = self._groups.pop(g)
         return other

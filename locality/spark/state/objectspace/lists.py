@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from affinity_pipeline.objectspace.encoding import (
+from locality.spark.state.objectspace.encoding import (
     JSON,
     CorruptCheckpointError,
     ObjectKind,
@@ -17,10 +17,10 @@ from affinity_pipeline.objectspace.encoding import (
     int_field,
     json_list,
 )
-from affinity_pipeline.objectspace.objects import PersistedObject
+from locality.spark.state.objectspace.objects import PersistedObject
 
 if TYPE_CHECKING:
-    from affinity_pipeline.objectspace.keygroup import KeyGroup
+    from locality.spark.state.objectspace.keygroup import KeyGroup
 
 __all__ = ["PersistedList"]
 

@@ -1,0 +1,394 @@
+"""The driver side of ``stateful_foreach_batch``: a user's ``applyInPandasWithState`` function
+run in ``foreachBatch``, each key's state kept on the executor its job model names.
+
+Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, batch_id)``):
+
+1. the batch's processing time is read from (or written to) the pending record, so every
+   attempt of the batch uses the same one (timeouts replay exactly);
+2. the state starts from the latest commit *before* the batch id (a replayed batch id starts
+   from the batch before it);
+3. the executors are synced as processors (:class:`SparkDriverMember`) and the driver waits
+   for a job model every executor follows (DONE); its task -> processor gives each task's
+   executor;
+4. the batch's rows are collected and routed to the task of their key: ``h =
+   stable_hash(<key as JSON>)``, partition ``(h // f) mod P``, key bucket ``h mod f`` (the SEP-32
+   buckets of the job's virtual tasks, ``f`` the elasticity factor) and key group ``h mod
+   max_parallelism``;
+5. one Spark task per affinity task runs pinned to its executor
+   (:func:`locality.spark.run_pinned`): it opens its state (memory, the host's local copy, or a
+   restore), calls the function per key, checkpoints the batch and returns its output rows;
+6. the output DataFrame goes to ``sink(df, batch_id)``, then the batch is committed (the
+   tasks' checkpoint tokens) and task locality is written where each task ran.
+
+A failure anywhere before the commit commits nothing; Spark re-runs the batch id and it starts
+again from the previous commit, with the same processing time: the same output and state.
+
+The batch's rows pass through the driver (``toPandas``) on their way to the pinned tasks: fine
+for micro-batches of up to some hundred MB of input, whatever the size of the state (which
+never leaves the executors but for checkpoints).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from kazoo.client import KazooClient
+
+from coordinator.config import JobConfig
+from coordinator.member.spark_driver import SparkDriverMember
+from groupers import get_ssp_grouper
+from groupers.keys import stable_hash
+from locality.spark import run_pinned
+from locality.spark.state import (
+    TIMEOUTS,
+    CommitRecord,
+    DirectoryStateStorage,
+    QuerySpec,
+    Storage,
+    StoreSpec,
+    TaskBatch,
+    TaskOutcome,
+    latest_commit,
+    parse_schema,
+    write_commit,
+    write_pending,
+)
+from locality.spark.state.keyspace import KeySpace, key_text
+from locality.spark.state.runner import run_on_executor
+from metadata.zk import ZkMetadataStore
+from metadata.zk.client import connect
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "BatchReport",
+    "KeySpace",
+    "StatefulQuery",
+    "StreamingBatchError",
+    "StreamingUsageError",
+    "key_text",
+]
+
+
+class StreamingUsageError(ValueError):
+    """``stateful_foreach_batch`` was given something it cannot use (the message says what)."""
+
+
+class StreamingBatchError(RuntimeError):
+    """A micro-batch failed; nothing of it was committed (Spark may run it again)."""
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did."""
+
+    batch: int
+    version: int
+    seconds: float
+    tasks: int
+    warm: int  # tasks whose state was in memory or in the host's local copy
+    restored: int  # tasks that loaded their state from the durable checkpoints
+    new: int  # tasks with nothing committed yet
+    bytes_restored: int
+    bytes_written: int
+    pinned_ok: int
+    pinned_total: int
+    rows_in: int
+    rows_out: int
+    timed_out: int
+
+
+class StatefulQuery:
+    """The ``foreachBatch`` handler ``stateful_foreach_batch`` returns (module docstring)."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        key_columns: Iterable[str],
+        output_schema: Any,
+        state_schema: Any,
+        sink: Callable[[Any, int], None],
+        config: JobConfig,
+        timeout: str = "NoTimeout",
+        storage: Storage | None = None,
+        coordinator: str = "embedded",
+        locality_wait: str | None = "30s",
+        in_force_timeout_s: float = 120.0,
+    ) -> None:
+        self.key_columns = tuple(key_columns)
+        if not self.key_columns or not all(isinstance(c, str) and c for c in self.key_columns):
+            raise StreamingUsageError(f"key_columns must name columns, got {key_columns!r}")
+        if timeout not in TIMEOUTS:
+            raise StreamingUsageError(f"timeout must be one of {TIMEOUTS}, got {timeout!r}")
+        if coordinator not in ("embedded", "external"):
+            raise StreamingUsageError(
+                f"coordinator must be 'embedded' or 'external', got {coordinator!r}"
+            )
+        self.output_fields = parse_schema(output_schema, "output_schema", any_type=True)
+        self.output_schema = output_schema
+        self.config = config
+        self.sink = sink
+        self.coordinator = coordinator
+        self.locality_wait = locality_wait
+        self.in_force_timeout_s = in_force_timeout_s
+        self.storage = storage if storage is not None else _default_storage(config)
+        self.keyspace = _keyspace(config)
+        self.spec = QuerySpec(
+            func=func,
+            key_columns=self.key_columns,
+            output_columns=tuple(f.name for f in self.output_fields),
+            state_fields=parse_schema(state_schema, "state_schema"),
+            timeout=timeout,
+            store=StoreSpec(
+                storage=self.storage,
+                local_dir=config.state.local_dir
+                or os.path.join(tempfile.gettempdir(), "affinity-state"),
+                scope=f"{config.job.name}-{config.job.id}",
+                max_parallelism=config.state.max_parallelism,
+            ),
+        )
+        self.reports: list[BatchReport] = []
+        self.log = structlog.get_logger("affinity.streaming").bind(
+            job=f"{config.job.name}-{config.job.id}"
+        )
+        self._clients: list[KazooClient] = []
+        self._driver: SparkDriverMember | None = None
+        self._store: ZkMetadataStore | None = None
+        self._stop = threading.Event()
+        self._coordinator_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, sc: Any) -> SparkDriverMember:
+        """Connect, start the embedded coordinator (if so configured) and the driver member."""
+        if self._driver is not None:
+            return self._driver
+        store = self._connect()
+        store.ensure_layout()
+        if self.coordinator == "embedded":
+            self._start_coordinator(sc)
+        self._store = store
+        self._driver = SparkDriverMember(
+            store.client, store, sc, job=f"{self.config.job.name}-{self.config.job.id}"
+        )
+        return self._driver
+
+    def _connect(self) -> ZkMetadataStore:
+        zk = self.config.zookeeper
+        client = connect(
+            zk.connect,
+            session_timeout_s=zk.session_timeout_ms / 1000,
+            connect_timeout_s=zk.connect_timeout_ms / 1000,
+            auth=zk.auth,
+            use_ssl=zk.use_ssl,
+            ca=zk.ca,
+            certfile=zk.certfile,
+            keyfile=zk.keyfile,
+            verify_certs=zk.verify_certs,
+        )
+        self._clients.append(client)
+        return ZkMetadataStore(
+            client,
+            self.config.job_folder,
+            run_id=self.config.job.run_id,
+            auth=zk.auth,
+            retention=self.config.coordinator.retention,
+        )
+
+    def _start_coordinator(self, sc: Any) -> None:
+        # The embedded default runs a coordinator replica in the driver (DESIGN.md "Spark
+        # streaming"); the one place the member side starts the leader side.
+        from coordinator.leader.service import CoordinatorService
+
+        store = self._connect()
+        service = CoordinatorService(
+            self.config, store.client, store, identifier=f"driver-{sc.applicationId}"
+        )
+        self._coordinator_thread = threading.Thread(
+            target=service.run, args=(self._stop,), name="affinity-coordinator", daemon=True
+        )
+        self._coordinator_thread.start()
+
+    def close(self) -> None:
+        """Stop the driver member and the embedded coordinator; close the connections."""
+        if self._driver is not None:
+            with contextlib.suppress(Exception):
+                self._driver.close()
+        self._stop.set()
+        if self._coordinator_thread is not None:
+            self._coordinator_thread.join(10)
+        for client in self._clients:
+            with contextlib.suppress(Exception):
+                client.stop()
+                client.close()
+        self._driver = self._store = None
+        self._coordinator_thread = None
+        self._clients = []
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ a micro-batch
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.run_batch(df, int(batch_id))
+
+    def run_batch(self, df: Any, batch: int) -> BatchReport:
+        """Run micro-batch ``batch`` of ``df`` (see the module docstring)."""
+        began = time.perf_counter()
+        missing = [c for c in self.key_columns if c not in df.columns]
+        if missing:
+            raise StreamingUsageError(
+                f"key_columns {missing} are not columns of the stream (it has {list(df.columns)})"
+            )
+        sc = df.sparkSession.sparkContext
+        driver = self.start(sc)
+        batch_time = write_pending(self.storage, batch, int(time.time() * 1000))
+        start = latest_commit(self.storage, before=batch)
+        driver.sync()
+        assignment = driver.in_force(self.in_force_timeout_s)
+        rows = df.toPandas()
+        work = self._task_batches(rows, batch, batch_time, start)
+        payloads = {task: (self.spec, w) for task, w in work.items()}
+        placement = driver.placement(assignment.task_to_processor)
+        try:
+            run = run_pinned(
+                sc,
+                payloads,
+                placement,
+                run_on_executor,
+                locality_wait=self.locality_wait,
+                description=f"affinity batch {batch}",
+            )
+        except Exception as exc:
+            raise StreamingBatchError(
+                f"batch {batch} failed and nothing was committed: {_cause(exc)}"
+            ) from exc
+        outcomes: dict[str, TaskOutcome] = run.results
+        output = self._output(df.sparkSession, outcomes)
+        self.sink(output, batch)
+        tokens = {t: o.token for t, o in outcomes.items()}
+        groups = {t: o.key_groups for t, o in outcomes.items()}
+        write_commit(
+            self.storage, CommitRecord(batch, tokens, groups, self.keyspace.max_parallelism)
+        )
+        self._write_locality(driver, run.ran_on)
+        report = _report(batch, assignment.version, began, outcomes, run, len(rows))
+        self.reports.append(report)
+        self.log.info("streaming.batch", **report.__dict__)
+        return report
+
+    def _task_batches(
+        self, rows: pd.DataFrame, batch: int, batch_time: int, start: CommitRecord | None
+    ) -> dict[str, TaskBatch]:
+        """Every task's part of the batch (tasks without rows too: timeouts, local copies)."""
+        per_task: dict[str, list[tuple[int, tuple[Any, ...], Any]]] = {
+            t: [] for t in self.keyspace.key_groups()
+        }
+        if len(rows):
+            keys = list(zip(*(rows[c] for c in self.key_columns), strict=True))
+            texts = [key_text(k) for k in keys]
+            rows = rows.assign(_affinity_key=texts)
+            for text, part in rows.groupby("_affinity_key", sort=True):
+                task, group = self.keyspace.route(stable_hash(str(text)))
+                key = tuple(json.loads(str(text)))
+                per_task[task].append((group, key, part.drop(columns="_affinity_key")))
+        groups = self.keyspace.key_groups()
+        return {
+            task: TaskBatch(
+                task=task,
+                batch=batch,
+                start_batch=start.batch if start is not None else -1,
+                token=start.tokens.get(task) if start is not None else None,
+                key_groups=groups[task],
+                batch_time_ms=batch_time,
+                rows=tuple(parts),
+            )
+            for task, parts in per_task.items()
+        }
+
+    def _output(self, spark: Any, outcomes: Mapping[str, TaskOutcome]) -> Any:
+        import pandas as pd
+
+        frames = [o.output for _, o in sorted(outcomes.items()) if len(o.output)]
+        if not frames:
+            return spark.createDataFrame([], self.output_schema)
+        return spark.createDataFrame(pd.concat(frames, ignore_index=True), self.output_schema)
+
+    def _write_locality(self, driver: SparkDriverMember, ran_on: Mapping[str, str | None]) -> None:
+        """Each task's location: where it ran (its state is there now)."""
+        location_of = {
+            r.executor.executor_id: r.location_id for r in driver.registrar.registrations.values()
+        }
+        where = {t: location_of[e] for t, e in ran_on.items() if e is not None and e in location_of}
+        if where and self._store is not None:
+            self._store.locality.write(where)
+
+
+def _cause(exc: BaseException) -> str:
+    """The line of a failed Spark job that says why (our task error, else the first line)."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "StatefulFunctionError:" in line:
+            return line.split("StatefulFunctionError:", 1)[1].strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0].strip() if lines else repr(exc)
+
+
+def _report(
+    batch: int,
+    version: int,
+    began: float,
+    outcomes: Mapping[str, TaskOutcome],
+    run: Any,
+    rows_in: int,
+) -> BatchReport:
+    values = list(outcomes.values())
+    return BatchReport(
+        batch=batch,
+        version=version,
+        seconds=time.perf_counter() - began,
+        tasks=len(values),
+        warm=sum(1 for o in values if o.source in ("memory", "local")),
+        restored=sum(1 for o in values if o.source == "restored"),
+        new=sum(1 for o in values if o.source == "new"),
+        bytes_restored=sum(o.bytes_restored for o in values),
+        bytes_written=sum(o.bytes_written for o in values),
+        pinned_ok=run.pinned_ok,
+        pinned_total=run.total,
+        rows_in=rows_in,
+        rows_out=sum(len(o.output) for o in values),
+        timed_out=sum(o.timed_out for o in values),
+    )
+
+
+def _default_storage(config: JobConfig) -> Storage:
+    if not config.state.checkpoint_dir:
+        raise StreamingUsageError(
+            "state.checkpoint_dir is not set in the job config: stateful_foreach_batch needs a "
+            "durable directory for its checkpoints (or pass storage=...)"
+        )
+    return DirectoryStateStorage(config.state.checkpoint_dir)
+
+
+def _keyspace(config: JobConfig) -> KeySpace:
+    inputs = config.stream_inputs()
+    if len(inputs) != 1:
+        raise StreamingUsageError(
+            f"the job config must have exactly one input (the key space), got {len(inputs)}"
+        )
+    options = dict(config.ssp_grouper.options)
+    tasks = get_ssp_grouper(config.ssp_grouper.name, **options).group(inputs)
+    try:
+        return KeySpace.of(tasks, inputs[0].partitions, config.state.max_parallelism)
+    except ValueError as exc:
+        raise StreamingUsageError(str(exc)) from None

@@ -1,0 +1,225 @@
+"""Executor side of ``stateful_foreach_batch``: one task's micro-batch.
+
+:func:`run_task_batch` opens the task's state (:mod:`.store`), calls the user's
+``applyInPandasWithState`` function once per key with rows in this batch (in key order), then
+once per key whose processing-time timeout expired (no rows, ``state.hasTimedOut``), keeps what
+each call left in ``state``, checkpoints the batch and returns the output rows with the
+checkpoint token. Per key group the state is two persisted maps: ``state`` (key -> the state
+tuple as a JSON list) and ``timeouts`` (key -> timeout timestamp, keys with a timeout only), the
+key being the JSON list of its key-column values.
+
+If the function raises (or returns something that is not a DataFrame with the output columns,
+or updates a state that does not fit the state schema) the task raises
+:class:`StatefulFunctionError` naming the key; nothing is checkpointed and the in-memory copy is
+dropped, so the batch fails with nothing committed. Imports pandas lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from locality.spark.state.groupstate import NO_TIMEOUT, KeyState
+from locality.spark.state.objectspace import KeyGroup, ObjectSpace
+from locality.spark.state.schema import Field, StateValueError, to_python
+from locality.spark.state.store import StoreSpec, open_task_state, save_task_state
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "QuerySpec",
+    "StatefulFunctionError",
+    "TaskBatch",
+    "TaskOutcome",
+    "run_on_executor",
+    "run_task_batch",
+]
+
+StatefulFunction = Callable[[tuple[Any, ...], Iterator["pd.DataFrame"], KeyState], Iterator[Any]]
+
+
+class StatefulFunctionError(RuntimeError):
+    """The user's function failed for a key (the message names the key and the cause)."""
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """What every task of a query needs: the function, the schemas, the store."""
+
+    func: StatefulFunction
+    key_columns: tuple[str, ...]
+    output_columns: tuple[str, ...]
+    state_fields: tuple[Field, ...]
+    timeout: str
+    store: StoreSpec
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """One task's part of a micro-batch: ``rows`` is (key group, key, rows of that key)."""
+
+    task: str
+    batch: int
+    start_batch: int  # the committed batch its state starts from (-1: none)
+    token: str | None  # that commit's token for this task
+    key_groups: tuple[int, ...]
+    batch_time_ms: int
+    rows: tuple[tuple[int, tuple[Any, ...], pd.DataFrame], ...]
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What a task did: its output rows, its checkpoint token and how its state was found."""
+
+    task: str
+    output: pd.DataFrame
+    token: str
+    key_groups: tuple[int, ...]
+    source: str  # memory | local | restored | new
+    bytes_restored: int
+    bytes_local: int
+    bytes_written: int
+    keys_called: int
+    timed_out: int
+    open_s: float
+    run_s: float
+
+
+def _key_json(key: Sequence[Any]) -> str:
+    return json.dumps([to_python(v) for v in key], separators=(",", ":"))
+
+
+def run_task_batch(spec: QuerySpec, work: TaskBatch, location: str) -> TaskOutcome:
+    """Run one task's micro-batch on this executor (see the module docstring)."""
+    import pandas as pd
+
+    space, opened = open_task_state(
+        spec.store, work.task, work.key_groups, work.start_batch, work.token, location
+    )
+    began = time.perf_counter()
+    outputs: list[pd.DataFrame] = []
+    seen: set[tuple[int, str]] = set()
+    for group_id, key, rows in sorted(work.rows, key=lambda r: (r[0], _key_json(r[1]))):
+        key_text = _key_json(key)
+        seen.add((group_id, key_text))
+        outputs += _call(spec, space.group(group_id), key, key_text, [rows], work, timed_out=False)
+    expired = _expired(space, work, seen) if spec.timeout != NO_TIMEOUT else []
+    for group_id, key_text in expired:
+        key = tuple(json.loads(key_text))
+        outputs += _call(spec, space.group(group_id), key, key_text, [], work, timed_out=True)
+    token, report = save_task_state(spec.store, work.task, space, work.batch, location)
+    frames = [f for f in outputs if len(f)]
+    output = pd.concat(frames, ignore_index=True) if frames else _empty(spec.output_columns)
+    return TaskOutcome(
+        task=work.task,
+        output=output,
+        token=token,
+        key_groups=space.key_groups,
+        source=opened.source,
+        bytes_restored=opened.bytes_restored,
+        bytes_local=opened.bytes_local,
+        bytes_written=report.bytes_written,
+        keys_called=len(seen) + len(expired),
+        timed_out=len(expired),
+        open_s=opened.seconds,
+        run_s=time.perf_counter() - began,
+    )
+
+
+def run_on_executor(task: str, payload: tuple[QuerySpec, TaskBatch]) -> TaskOutcome:
+    """``run_pinned``'s function: the task's batch at this executor's location id (the one the
+    driver registered it with: ``AFFINITY_LOCATION_ID``, else the host)."""
+    from locality.spark.provider import SparkExecutorLocationIdProvider
+
+    spec, work = payload
+    assert work.task == task, (task, work.task)
+    return run_task_batch(spec, work, SparkExecutorLocationIdProvider().location_id())
+
+
+def _empty(columns: Sequence[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({c: [] for c in columns})
+
+
+def _expired(
+    space: ObjectSpace, work: TaskBatch, seen: set[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """Keys without rows in this batch whose timeout is at or before the batch time."""
+    expired = []
+    for group_id in space.key_groups:
+        group = space.group(group_id)
+        if "timeouts" not in group:
+            continue
+        for key_text, at in group.get_map("timeouts").items():
+            if (
+                isinstance(at, int)
+                and at <= work.batch_time_ms
+                and (group_id, key_text) not in seen
+            ):
+                expired.append((group_id, key_text))
+    return sorted(expired)
+
+
+def _call(
+    spec: QuerySpec,
+    group: KeyGroup,
+    key: tuple[Any, ...],
+    key_text: str,
+    frames: list[pd.DataFrame],
+    work: TaskBatch,
+    *,
+    timed_out: bool,
+) -> list[pd.DataFrame]:
+    """Call the function for one key, keep its state, return its output frames."""
+    states = group.get_map("state", create=True)
+    timeouts = group.get_map("timeouts", create=True)
+    old = states.get(key_text)
+    old_timeout = timeouts.get(key_text, KeyState.NO_TIMESTAMP)
+    state = KeyState(
+        old if isinstance(old, list) else None,
+        spec.state_fields,
+        batch_time_ms=work.batch_time_ms,
+        timeout_conf=spec.timeout,
+        has_timed_out=timed_out,
+        timeout_ms=old_timeout if isinstance(old_timeout, int) else KeyState.NO_TIMESTAMP,
+    )
+    try:
+        result = spec.func(tuple(key), iter(frames), state)
+        produced = [_output_frame(frame, spec.output_columns) for frame in (result or ())]
+    except StateValueError as exc:
+        raise StatefulFunctionError(
+            f"batch {work.batch}, key {key!r}: the state does not fit state_schema: {exc}"
+        ) from None
+    except Exception as exc:
+        raise StatefulFunctionError(
+            f"batch {work.batch}, key {key!r}: the stateful function raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if state.removed or (state.value is None and key_text in states):
+        states.pop(key_text, None)
+    elif state.updated and state.value is not None:
+        states[key_text] = list(state.value)
+    if state.timeout_ms != KeyState.NO_TIMESTAMP and state.value is not None:
+        timeouts[key_text] = state.timeout_ms
+    elif key_text in timeouts:
+        del timeouts[key_text]
+    return produced
+
+
+def _output_frame(frame: object, columns: Sequence[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"it must yield pandas DataFrames, got {type(frame).__name__}")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise TypeError(
+            f"it yielded a DataFrame without the output_schema column(s) {missing} "
+            f"(it has {list(frame.columns)})"
+        )
+    return frame[list(columns)]

@@ -1,0 +1,258 @@
+"""One task's keyed state on an executor: a local copy at a stable path, differential
+checkpoints to durable storage, and the rule that decides which one a batch starts from.
+
+Where a task's state comes from, in order (:func:`open_task_state`):
+
+1. **memory**: the object space the same Python worker kept after the task's previous batch
+   (Spark reuses Python workers), if it is at the batch this one starts from, with the token of
+   that batch's commit record;
+2. **local**: the host's local copy, ``<local_dir>/<scope>/<location>/``: a mirror of the
+   task's key-group files (``keygroups/``, written with every checkpoint) and
+   ``tasks/<task>.json`` (the batch and token it is at, and the one before: the mirror can still
+   give the state before the latest checkpoint, so a retried or replayed batch stays warm). The
+   path holds no application or executor id, so it outlives executor JVMs and application
+   restarts; the location is the executor's location id, so executors on different hosts of one
+   machine keep apart. Used only if it holds the batch and token of the commit the batch starts
+   from (the latest committed checkpoint before it);
+3. **restored**: otherwise the key groups are loaded from durable storage at the committed batch
+   (``upto_batch``), copying each file read into the local mirror; its bytes are counted;
+4. **new**: nothing was committed yet.
+
+Either way the space is then attached to a :class:`TeeStorage` (durable first, then the local
+mirror) and lists the durable key groups for files a failed attempt left past its position
+(:meth:`ObjectSpace.adopt_abandoned`): they are deleted before the next write, so a replayed batch
+id starts from the state of the batch before it. :func:`save_task_state` checkpoints the batch
+(one delta or base per changed key group), records a fresh token in the local copy and keeps
+the space in memory. The driver commits the batch with the tokens the tasks return.
+
+Standard library only (runs on executors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from locality.spark.state.durable import Storage
+from locality.spark.state.objectspace import (
+    CheckpointReport,
+    CompactionPolicy,
+    DirectoryStorage,
+    ObjectSpace,
+    ObjectSpaceError,
+)
+from locality.spark.state.objectspace.storage import CheckpointStorage
+
+__all__ = [
+    "OpenReport",
+    "StoreSpec",
+    "TeeStorage",
+    "forget_memory",
+    "local_root",
+    "open_task_state",
+    "save_task_state",
+]
+
+#: Where a task's state came from (see the module docstring).
+SOURCES = ("memory", "local", "restored", "new")
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """The store of one stateful query (the same for all its tasks; pickled to executors)."""
+
+    storage: Storage
+    local_dir: str
+    scope: str  # the query's name in local paths: the job folder, e.g. "clicks-1"
+    max_parallelism: int
+    delta_ratio: float = 1.0
+
+    @property
+    def policy(self) -> CompactionPolicy:
+        return CompactionPolicy(delta_ratio=self.delta_ratio)
+
+
+@dataclass(frozen=True)
+class OpenReport:
+    """How a task's state was opened: from where, and how many bytes each source gave."""
+
+    source: str
+    bytes_restored: int  # read from durable storage
+    bytes_local: int  # read from the local copy on disk
+    seconds: float
+
+    @property
+    def warm(self) -> bool:
+        return self.source in ("memory", "local")
+
+
+class TeeStorage:
+    """Durable storage with a local mirror: writes and deletes go to both (durable first), lists
+    and reads to the durable one. The mirror may hold stale files; they are replaced."""
+
+    def __init__(self, durable: CheckpointStorage, mirror: DirectoryStorage) -> None:
+        self.durable = durable
+        self.mirror = mirror
+
+    def list_files(self, key_group: int) -> list[str]:
+        return self.durable.list_files(key_group)
+
+    def read_file(self, key_group: int, name: str) -> bytes:
+        return self.durable.read_file(key_group, name)
+
+    def create_file(self, key_group: int, name: str, data: bytes) -> None:
+        self.durable.create_file(key_group, name, data)
+        self.copy_to_mirror(key_group, name, data)
+
+    def copy_to_mirror(self, key_group: int, name: str, data: bytes) -> None:
+        self.mirror.delete_file(key_group, name)
+        self.mirror.create_file(key_group, name, data)
+
+    def delete_file(self, key_group: int, name: str) -> None:
+        self.durable.delete_file(key_group, name)
+        self.mirror.delete_file(key_group, name)
+
+    def describe(self, key_group: int, name: str) -> str:
+        return self.durable.describe(key_group, name)
+
+
+class _CopyingReader(TeeStorage):
+    """Reads from durable storage and copies every file read into the mirror (a restore)."""
+
+    def read_file(self, key_group: int, name: str) -> bytes:
+        data = self.durable.read_file(key_group, name)
+        self.copy_to_mirror(key_group, name, data)
+        return data
+
+
+# (storage, local root, task) -> (batch, token, key groups, space): this Python worker's copies
+_MEMORY: dict[tuple[str, str, str], tuple[int, str, tuple[int, ...], ObjectSpace]] = {}
+
+
+def forget_memory() -> None:
+    """Drop every in-memory copy (tests: simulate a new Python worker)."""
+    _MEMORY.clear()
+
+
+def local_root(spec: StoreSpec, location: str) -> Path:
+    """``<local_dir>/<scope>/<location>``: this host's local copies of the query's state."""
+    return Path(spec.local_dir) / quote(spec.scope, safe="") / quote(location, safe="")
+
+
+def _meta_path(root: Path, task: str) -> Path:
+    return root / "tasks" / f"{quote(task, safe='')}.json"
+
+
+def _read_meta(root: Path, task: str) -> tuple[tuple[int, ...], list[tuple[int, str]]]:
+    """(key groups, [(batch, token), ...]): the batches the local copy can give, newest first."""
+    try:
+        document = json.loads(_meta_path(root, task).read_bytes())
+        versions = [(int(b), str(t)) for b, t in document["versions"]]
+        return tuple(int(g) for g in document["key_groups"]), versions
+    except (OSError, ValueError, KeyError, TypeError):
+        return (), []
+
+
+def _write_meta(root: Path, task: str, batch: int, token: str, groups: Sequence[int]) -> None:
+    """Record that the local copy is at ``batch`` (``token``); it can still give the newest
+    earlier batch it held (a retried or replayed batch starts from it)."""
+    held_groups, versions = _read_meta(root, task)
+    earlier = [v for v in versions if v[0] < batch][:1] if held_groups == tuple(groups) else []
+    document = {"key_groups": list(groups), "versions": [[batch, token], *map(list, earlier)]}
+    path = _meta_path(root, task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(document))
+    os.replace(tmp, path)
+
+
+def open_task_state(
+    spec: StoreSpec,
+    task: str,
+    key_groups: Sequence[int],
+    start_batch: int,
+    token: str | None,
+    location: str,
+) -> tuple[ObjectSpace, OpenReport]:
+    """The task's state at ``start_batch`` (its committed ``token``; -1 and None: nothing
+    committed yet), attached to durable storage and the local mirror. See the module docstring.
+    """
+    began = time.perf_counter()
+    groups = tuple(sorted(key_groups))
+    root = local_root(spec, location)
+    mirror = DirectoryStorage(root / "keygroups", fsync=False)
+    tee = TeeStorage(spec.storage, mirror)
+    wanted = (start_batch, token, groups)
+    cache_key = (repr(spec.storage), str(root), task)
+    cached = _MEMORY.pop(cache_key, None)
+    if token is not None and cached is not None and cached[:3] == wanted:
+        space, source, restored, local = cached[3], "memory", 0, 0
+    else:
+        space, source, restored, local = _from_disk(spec, root, task, groups, wanted, tee)
+    space.attach(tee)
+    space.adopt_abandoned()
+    return space, OpenReport(source, restored, local, time.perf_counter() - began)
+
+
+def _from_disk(
+    spec: StoreSpec,
+    root: Path,
+    task: str,
+    groups: tuple[int, ...],
+    wanted: tuple[int, str | None, tuple[int, ...]],
+    tee: TeeStorage,
+) -> tuple[ObjectSpace, str, int, int]:
+    """(space, source, bytes restored, bytes read locally): the local copy if it matches."""
+    start_batch, token, _ = wanted
+    held_groups, versions = _read_meta(root, task)
+    if token is not None and held_groups == groups and (start_batch, token) in versions:
+        try:
+            space, report = ObjectSpace.load(
+                tee.mirror,
+                groups,
+                max_parallelism=spec.max_parallelism,
+                upto_batch=start_batch,
+                policy=spec.policy,
+            )
+            for g, names in space.abandoned().items():  # a failed attempt's files, here only
+                for name in names:
+                    tee.mirror.delete_file(g, name)
+            return space, "local", 0, report.bytes_read
+        except (ObjectSpaceError, OSError, ValueError):
+            pass  # a damaged local copy: restore instead
+    _meta_path(root, task).unlink(missing_ok=True)
+    for g in groups:
+        shutil.rmtree(tee.mirror.folder(g), ignore_errors=True)
+    space, report = ObjectSpace.load(
+        _CopyingReader(spec.storage, tee.mirror),
+        groups,
+        max_parallelism=spec.max_parallelism,
+        upto_batch=start_batch,
+        policy=spec.policy,
+    )
+    source = "new" if start_batch < 0 else "restored"
+    return space, source, report.bytes_read, 0
+
+
+def save_task_state(
+    spec: StoreSpec, task: str, space: ObjectSpace, batch: int, location: str
+) -> tuple[str, CheckpointReport]:
+    """Checkpoint ``batch`` (durable, then the local mirror), record the local copy and keep the
+    space in memory; the token the driver puts in the batch's commit record."""
+    report = space.checkpoint(batch)
+    token = uuid.uuid4().hex
+    root = local_root(spec, location)
+    groups = space.key_groups
+    _write_meta(root, task, batch, token, groups)
+    cache_key = (repr(spec.storage), str(root), task)
+    for key in [k for k, v in _MEMORY.items() if k[:2] == cache_key[:2] and v[0] < batch - 1]:
+        del _MEMORY[key]  # tasks this worker no longer runs
+    _MEMORY[cache_key] = (batch, token, groups, space)
+    return token, report

@@ -1,0 +1,89 @@
+"""The driver side of stateful_foreach_batch without Spark: keys route to the task of their
+SEP-32 key bucket (the virtual tasks' buckets) and to a key group inside it; bad use is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.config import JobConfig, load_config
+from coordinator.member.streaming import StreamingUsageError, key_text
+from groupers.keys import key_bucket, stable_hash
+from locality.spark import stateful_foreach_batch
+from locality.spark.state import SchemaError
+
+
+def config(tmp_path: Path, **sections: Any) -> JobConfig:
+    data: dict[str, Any] = {
+        "job": {"name": "clicks"},
+        "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],
+        "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": 8}},
+        "state": {"checkpoint_dir": str(tmp_path / "durable"), "local_dir": str(tmp_path / "l")},
+    }
+    data.update(sections)
+    return load_config(data=data, environ={})
+
+
+def handler(cfg: JobConfig, **overrides: Any) -> Any:
+    arguments: dict[str, Any] = {
+        "key_columns": ["user"],
+        "output_schema": "user string, clicks long",
+        "state_schema": "clicks long",
+        "sink": lambda df, b: None,
+        "config": cfg,
+    }
+    arguments.update(overrides)
+    return stateful_foreach_batch(lambda key, pdfs, state: iter(()), **arguments)
+
+
+def test_keys_route_to_their_virtual_task_and_a_key_group_inside_it(tmp_path: Path) -> None:
+    query = handler(config(tmp_path))
+    space = query.keyspace
+    groups = space.key_groups()
+    assert sorted(groups) == [f"Partition 0-{b}-8" for b in range(8)]
+    assert sorted(g for gs in groups.values() for g in gs) == list(range(1024))
+    for user in (f"u{i:05d}" for i in range(300)):
+        text = key_text([user])
+        task, group = space.route(stable_hash(text))
+        assert task == f"Partition 0-{key_bucket(text, 8)}-8"
+        assert group in groups[task]
+
+
+def test_partitions_and_buckets_together(tmp_path: Path) -> None:
+    cfg = config(
+        tmp_path,
+        inputs=[{"system": "spark", "stream": "clicks", "partitions": 3}],
+        ssp_grouper={"name": "group-by-partition", "options": {"elasticity_factor": 2}},
+        state={"checkpoint_dir": str(tmp_path), "max_parallelism": 96},
+    )
+    space = handler(cfg).keyspace
+    groups = space.key_groups()
+    assert len(groups) == 6 and all(len(g) == 16 for g in groups.values())
+    with pytest.raises(StreamingUsageError, match="must be a multiple of partitions x"):
+        handler(
+            config(
+                tmp_path,
+                inputs=cfg.model_dump()["inputs"],
+                ssp_grouper=cfg.model_dump()["ssp_grouper"],
+            )
+        )
+
+
+def test_bad_use_is_named(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    with pytest.raises(SchemaError, match="field 'at' has type 'timestamp'"):
+        handler(cfg, state_schema="at timestamp")
+    with pytest.raises(StreamingUsageError, match="timeout must be one of"):
+        handler(cfg, timeout="EventTimeTimeout")
+    with pytest.raises(StreamingUsageError, match="key_columns must name columns"):
+        handler(cfg, key_columns=[])
+    with pytest.raises(StreamingUsageError, match=r"state\.checkpoint_dir is not set"):
+        handler(config(tmp_path, state={}))
+    two = [
+        {"system": "s", "stream": "a", "partitions": 1},
+        {"system": "s", "stream": "b", "partitions": 1},
+    ]
+    with pytest.raises(StreamingUsageError, match="exactly one input"):
+        handler(config(tmp_path, inputs=two))
