@@ -134,7 +134,13 @@ class CoordinatorMetrics:
         self._add_hardening_metrics(r)
 
     def _add_hardening_metrics(self, r: CollectorRegistry) -> None:
-        """Refused models, benched processors, failed elections, grouper processes."""
+        """Refused models, benched processors, failed elections, grouper processes, skipped
+        registrations."""
+        self.registrations_skipped = Gauge(
+            "affinity_registrations_skipped",
+            "Malformed nodes under processors/ that the last read skipped",
+            registry=r,
+        )
         self.models_refused = Counter(
             "affinity_models_refused",
             "Valid grouper answers not published (they would stop every running task)",

@@ -286,6 +286,7 @@ class CoordinatorService:
         self.metrics.leadership_changes.inc()
         if gained.in_force is not None:
             self.metrics.job_model_version.set(gained.in_force.version)
+        self.metrics.registrations_skipped.set(len(self.store.processors.skipped))
         self._watches.append(
             self.store.processors.watch(lambda _: self._events.put(_ProcessorsChanged()))
         )
@@ -294,6 +295,12 @@ class CoordinatorService:
             # it must hear of the processors that join from now on (not only at the deadline).
             self._watch_barrier(gained.latest.version)
         return gained
+
+    def _live_processors(self) -> dict[str, str]:
+        """Live processor -> location; counts the malformed registrations the read skipped."""
+        live = self.store.processors.locality()
+        self.metrics.registrations_skipped.set(len(self.store.processors.skipped))
+        return live
 
     def _loop(self, core: LeaderMachine, wakeup: float | None, log: Any) -> None:
         """Feed the machine the queued events (and the time) until stopped or stepping down."""
@@ -308,7 +315,7 @@ class CoordinatorService:
             if isinstance(item, _SessionLost):
                 raise StepDown(item.reason)
             if isinstance(item, _ProcessorsChanged):
-                item = MembershipChanged(self.clock(), self.store.processors.locality())
+                item = MembershipChanged(self.clock(), self._live_processors())
             if wakeup is not None and self.clock() >= wakeup:
                 wakeup = None
             next_wakeup = self._execute(core, core.handle(item), log)

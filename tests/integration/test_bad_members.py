@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,11 @@ def test_a_malformed_registration_is_skipped_and_the_job_rebalances(
     log = job.coordinators["coordinator-0"].log.read_text()
     assert log.count('"coordinator.leading"') == 1  # never stepped down
     assert "zk.bad_registration_skipped" in log and bad in log
+    # ... and counted: the coordinator's /metrics shows the skipped registration.
+    started = next(json.loads(line) for line in log.splitlines() if '"coordinator.started"' in line)
+    url = f"http://127.0.0.1:{started['http_port']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert "affinity_registrations_skipped 1.0" in response.read().decode()
 
     shown = subprocess.run(
         [AFFINITY, "locality", "show", "--config", str(job.config), "--json"],
