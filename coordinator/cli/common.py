@@ -31,10 +31,11 @@ from coordinator.config import ConfigError, JobConfig
 from groupers import GrouperError
 from locality.providers import LocationError
 from metadata.errors import MetadataError
-from metadata.zk import ZkMetadataStore, connect
+from metadata.zk import PermissionDenied, StoreUnavailable, ZkMetadataStore, connect
 
 __all__ = [
     "CommandError",
+    "starting",
     "check_access",
     "client_from_config",
     "job_store",
@@ -106,6 +107,17 @@ def job_store(config: JobConfig, **options: Any) -> Iterator[ZkMetadataStore]:
     finally:
         client.stop()
         client.close()
+
+
+@contextmanager
+def starting(what: str) -> Iterator[None]:
+    """Around the start-up of a long-running command (``coordinator run``, ``processor run``):
+    not reaching ZooKeeper, or credentials it refuses, means the process cannot start with this
+    configuration: one line, exit 2 (the same failure later, while running, is a run-time one)."""
+    try:
+        yield
+    except (StoreUnavailable, PermissionDenied) as exc:
+        raise CommandError(f"{what} cannot start: {exc}", code=2) from None
 
 
 def check_access(store: ZkMetadataStore) -> None:

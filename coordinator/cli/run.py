@@ -10,6 +10,7 @@ demo. Both stop cleanly on SIGTERM or SIGINT.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from coordinator.cli.common import check_access, job_store, stop_on_signals
+from coordinator.cli.common import check_access, job_store, starting, stop_on_signals
 from coordinator.config import load_config
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.processor import ProcessorClient
@@ -37,7 +38,9 @@ def run_coordinator(args: argparse.Namespace) -> int:
     log = structlog.get_logger("affinity.coordinator")
     stop = stop_on_signals()
     metrics = CoordinatorMetrics()
-    with job_store(config) as store:
+    with contextlib.ExitStack() as stack:
+        with starting("coordinator run"):
+            store = stack.enter_context(job_store(config))
         service = CoordinatorService(config, store.client, store, metrics=metrics)
         port = config.coordinator.http_port if args.http_port is None else args.http_port
         health = HealthServer(
@@ -107,8 +110,10 @@ def run_processor(args: argparse.Namespace) -> int:
         location = get_location_provider(args.location_provider).location_id()
     stop = stop_on_signals()
     work = SampleTasks(args.processor_id, Path(args.status_file) if args.status_file else None)
-    with job_store(config) as store:
-        check_access(store)
+    with contextlib.ExitStack() as stack:
+        with starting("processor run"):
+            store = stack.enter_context(job_store(config))
+            check_access(store)
         processor = ProcessorClient(
             store.client,
             store,

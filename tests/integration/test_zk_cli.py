@@ -294,14 +294,25 @@ LONG_RUNNING = (
 )
 
 
-@pytest.mark.parametrize("command", [*LONG_RUNNING, ("jobmodel", "show")], ids=lambda c: c[0])
-def test_unreachable_zookeeper_is_one_line_exit_1(tmp_path: Path, command: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [*((c, 2) for c in LONG_RUNNING), (("jobmodel", "show"), 1)],
+    ids=lambda c: c[0] if isinstance(c, tuple) else str(c),
+)
+def test_unreachable_zookeeper_is_one_line(
+    tmp_path: Path, command: tuple[str, ...], code: int
+) -> None:
+    """A long-running command that cannot reach ZooKeeper at start cannot start with this
+    configuration: exit 2 (issue 15 item 8); a read command fails at run time: exit 1."""
     config = write_config(
         tmp_path / "job.yaml", f"127.0.0.1:{free_port()}", "/affinity", connect_timeout_ms=1000
     )
     result = run_command(*command[:2], "--config", str(config), *command[2:])
-    assert result.returncode == 1
-    assert "could not connect to ZooKeeper within 1.0s" in only_error_line(result)
+    assert result.returncode == code
+    line = only_error_line(result)
+    assert "could not connect to ZooKeeper within 1.0s" in line
+    if code == 2:
+        assert "cannot start" in line
 
 
 @pytest.mark.parametrize("command", [*LONG_RUNNING, ("jobmodel", "show")], ids=lambda c: c[0])
@@ -338,8 +349,8 @@ def test_a_processor_with_wrong_credentials_stops_with_one_line(
     result = run_command(
         *LONG_RUNNING[1][:2], "--config", str(config), *LONG_RUNNING[1][2:], timeout_s=30
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # cannot start with these credentials (issue 15 item 8)
     line = only_error_line(result)
-    assert f"{root}/clicks-1/" in line
+    assert f"{root}/clicks-1" in line
     assert "permission denied" in line
     assert store.processors.locality() == {}
