@@ -25,13 +25,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import structlog
-from kazoo.client import KazooClient
 
 from coordinator.config import ConfigError, JobConfig
+from coordinator.connection import client_from_config, store_from_config
 from groupers import GrouperError
 from locality.providers import LocationError
 from metadata.errors import MetadataError
-from metadata.zk import PermissionDenied, StoreUnavailable, ZkMetadataStore, connect
+from metadata.zk import PermissionDenied, StoreUnavailable, ZkMetadataStore
 
 __all__ = [
     "CommandError",
@@ -68,34 +68,6 @@ def report(exc: BaseException) -> int | None:
     if isinstance(exc, CommandError):
         return exc.code
     return 2 if isinstance(exc, _BAD_INPUT) else 1
-
-
-def client_from_config(config: JobConfig) -> KazooClient:
-    """A started KazooClient for ``config.zookeeper`` (hosts, session timeout, auth, TLS)."""
-    zk = config.zookeeper
-    return connect(
-        zk.connect,
-        session_timeout_s=zk.session_timeout_ms / 1000,
-        connect_timeout_s=zk.connect_timeout_ms / 1000,
-        auth=zk.auth,
-        use_ssl=zk.use_ssl,
-        ca=zk.ca,
-        certfile=zk.certfile,
-        keyfile=zk.keyfile,
-        verify_certs=zk.verify_certs,
-    )
-
-
-def store_from_config(config: JobConfig, client: KazooClient, **options: Any) -> ZkMetadataStore:
-    """The job's ZkMetadataStore (folder, run id, credentials, retention from ``config``)."""
-    return ZkMetadataStore(
-        client,
-        config.job_folder,
-        run_id=config.job.run_id,
-        auth=config.zookeeper.auth,
-        retention=config.coordinator.retention,
-        **options,
-    )
 
 
 @contextmanager

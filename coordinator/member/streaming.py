@@ -44,6 +44,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from coordinator.config import JobConfig
+from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import SparkDriverMember
 from groupers import get_ssp_grouper
 from groupers.keys import stable_hash
@@ -65,7 +66,6 @@ from locality.spark.state import (
 from locality.spark.state.keyspace import KeySpace, key_text
 from locality.spark.state.runner import run_on_executor
 from metadata.zk import ZkMetadataStore
-from metadata.zk.client import connect
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -185,26 +185,9 @@ class StatefulQuery:
         return self._driver
 
     def _connect(self) -> ZkMetadataStore:
-        zk = self.config.zookeeper
-        client = connect(
-            zk.connect,
-            session_timeout_s=zk.session_timeout_ms / 1000,
-            connect_timeout_s=zk.connect_timeout_ms / 1000,
-            auth=zk.auth,
-            use_ssl=zk.use_ssl,
-            ca=zk.ca,
-            certfile=zk.certfile,
-            keyfile=zk.keyfile,
-            verify_certs=zk.verify_certs,
-        )
+        client = client_from_config(self.config)
         self._clients.append(client)
-        return ZkMetadataStore(
-            client,
-            self.config.job_folder,
-            run_id=self.config.job.run_id,
-            auth=zk.auth,
-            retention=self.config.coordinator.retention,
-        )
+        return store_from_config(self.config, client)
 
     def _start_coordinator(self, sc: Any) -> None:
         # The embedded default runs a coordinator replica in the driver (DESIGN.md "Spark
