@@ -163,7 +163,7 @@ class StateSection(_Section):
 
     checkpoint_dir: str = ""  # durable: key-group checkpoints and batch records
     local_dir: str = ""  # on every executor host: local copies ("": <tmp>/affinity-state)
-    max_parallelism: int = Field(default=1024, ge=1, le=1 << 20)  # key groups
+    max_parallelism: Int = Field(default=1024, ge=1, le=1 << 20)  # key groups
 
 
 class LoggingSection(_Section):
