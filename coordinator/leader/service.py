@@ -4,11 +4,9 @@
 The replica runs kazoo's Election recipe. While it leads it
 
 1. bumps the leader epoch (every later write is fenced by it),
-2. reads the job's state (live processors, task locality, the latest job model and its
-   barrier, the newest model whose barrier is DONE) and gives it to the core,
-3. turns ZooKeeper watches and the clock into core events on one queue, handled by one thread,
-4. carries out the core's actions: runs the grouper under a time limit, publishes job models,
-   marks barriers, records metrics and logs.
+2. reads the job's state (:mod:`coordinator.leader.job_state`) and gives it to the machine,
+3. turns ZooKeeper watches and the clock into events on one queue, handled by one thread,
+4. carries out the machine's actions: the grouper, publishes, barriers, metrics and logs.
 
 Anything unexpected from ZooKeeper while leading (the epoch lost, the session lost, a store
 error) makes the replica step down: it feeds ``LeadershipLost`` to the core, leaves the
@@ -74,7 +72,7 @@ from coordinator.protocol.leader_events import (
 from groupers import TaskNameGrouper
 from metadata.errors import MetadataError
 from metadata.model import BarrierState
-from metadata.zk import FencedOut, ZkMetadataStore
+from metadata.zk import FencedOut, UnsafeAcl, ZkMetadataStore
 
 __all__ = ["CoordinatorService", "job_tasks", "settings_from_config"]
 
@@ -176,7 +174,6 @@ class CoordinatorService:
         self.client.add_listener(self._on_state)
         if self.client.connected:
             self._connected.set()
-        self.store.ensure_layout()
         try:
             while not self._stop.is_set():
                 attempts = retrying(self._stop, self.backoff_max_s, self._failed, self._back_off)
@@ -189,8 +186,11 @@ class CoordinatorService:
     def _take_part(self) -> None:
         self.heartbeat.beat()
         try:
+            self.store.ensure_layout()  # refused credentials back off; UnsafeAcl is fatal
             self._election = self.client.Election(self.store.election_path, self.identifier)
             self._election.run(self._lead)
+        except UnsafeAcl:
+            raise
         except (KazooException, MetadataError) as exc:
             raise failed("election", exc) from exc
         finally:
@@ -297,7 +297,7 @@ class CoordinatorService:
         return gained
 
     def _live_processors(self) -> dict[str, str]:
-        """Live processor -> location; counts the malformed registrations the read skipped."""
+        """Live processor -> location (counting the malformed registrations it skipped)."""
         live = self.store.processors.locality()
         self.metrics.registrations_skipped.set(len(self.store.processors.skipped))
         return live

@@ -20,11 +20,13 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import structlog
 from kazoo.client import KazooClient
 
 from coordinator.config import load_config
 from coordinator.demo.ensemble import ZooKeeperEnsemble
-from coordinator.leader.service import CoordinatorService, job_tasks
+from coordinator.leader.job_state import read_job_state
+from coordinator.leader.service import job_tasks
 from coordinator.member.group import MemberGroup
 from coordinator.protocol.member_events import FetchLatestVersion, VersionAnnounced
 from metadata.model import ContainerModel, FrozenMap, JobModel
@@ -139,10 +141,10 @@ def test_a_member_fetching_the_latest_version_does_not_get_an_old_one(job: Job) 
 
 
 def test_a_new_leader_reads_the_state_the_zookeeper_leader_has(job: Job) -> None:
-    service = CoordinatorService(job.config(), job.reader_client, job.reader)  # type: ignore[arg-type]
+    log = structlog.get_logger("test")
     job.ensemble.partition()
     published = job.publish(2, ("p1", "p2"))
-    stale, gained, _ = job.lagging(lambda: service._read_state(0.0))
+    stale, gained, _ = job.lagging(lambda: read_job_state(job.reader, 0.0, log))
     assert stale == 1
     assert gained.latest == published  # type: ignore[attr-defined]
 

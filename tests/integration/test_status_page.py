@@ -218,6 +218,7 @@ def test_the_page_loads_nothing_from_outside_and_answers_503_without_zookeeper(
     config_path.write_text(
         f"job: {{name: {name.rsplit('-', 1)[0]}, id: '{name.rsplit('-', 1)[1]}', run_id: run-1}}\n"
         f"zookeeper: {{root: {root}}}\n"
+        "inputs: [{system: kafka, stream: events, partitions: 2}]\n"
     )
     config = load_config(str(config_path))
     assert config.job_folder == folder
