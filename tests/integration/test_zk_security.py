@@ -225,13 +225,13 @@ def test_a_folder_others_may_only_read_and_an_open_root_are_accepted(
     anonymous.ensure_path(zk_job_folder)  # an open root (world: all), as an open job leaves it
     owner = zk_connect(zk_server.hosts, auth=AUTH)
     owner.create(folder, b"", acl=[JOB_ACL, make_acl("world", "anyone", read=True)])
-    store = ZkMetadataStore(owner, folder, run_id="run-1", auth=AUTH)
-    with structlog.testing.capture_logs() as logs:
+    with structlog.testing.capture_logs() as logs:  # (the store binds its logger when made)
+        store = ZkMetadataStore(owner, folder, run_id="run-1", auth=AUTH)
         store.ensure_layout()
         store.ensure_layout()  # and again, on a folder the job made itself
     assert store.job_models.latest_version() is None
-    opened = [e for e in logs if e["event"] == "zk.ancestor_acl_open"]
-    assert opened and opened[0]["path"] == zk_job_folder
+    opened = {e["path"] for e in logs if e["event"] == "zk.ancestor_acl_open"}
+    assert zk_job_folder in opened  # (other open ancestors, e.g. the tests' shared root, too)
 
 
 def test_processor_and_coordinator_exit_1_naming_the_squatted_folder(
