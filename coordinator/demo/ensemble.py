@@ -41,7 +41,6 @@ from coordinator.demo.zookeeper import MAIN_CLASS, EmbeddedZooKeeper, four_lette
 __all__ = ["QUORUM_MAIN_CLASS", "EnsembleServer", "Link", "ZooKeeperEnsemble"]
 
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-TICK_MS = 500
 
 
 class Link:
@@ -138,13 +137,10 @@ class EnsembleServer(EmbeddedZooKeeper):
         self._launch_only = False
 
     def _config_lines(self) -> list[str]:
-        lines = [line for line in super()._config_lines() if not line.startswith("tickTime=")]
         return [
-            f"tickTime={TICK_MS}",
             "initLimit=10",
             f"syncLimit={self.sync_limit}",
-            "maxSessionTimeout=60000",
-            *lines,
+            *super()._config_lines(),
             *self.peers,
         ]
 

@@ -54,6 +54,9 @@ SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 NETTY_JARS = ("netty-codec.jar", "netty-resolver.jar")  # beside ZOOKEEPER_JAR; TLS only
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 FOUR_LETTER_WORDS = "srvr,ruok,envi,mntr,cons"
+# A server expires a session at the first tick after its timeout, so the tick bounds how late an
+# expiry (and so a leader's replacement) comes: 500 ms, not ZooKeeper's 2 s default.
+TICK_MS = 500
 
 
 class ZooKeeperUnavailable(RuntimeError):
@@ -231,7 +234,7 @@ class EmbeddedZooKeeper:
     def _config_lines(self) -> list[str]:
         """This server's settings (an ensemble would add its ``server.N`` lines)."""
         lines = [
-            "tickTime=2000",
+            f"tickTime={TICK_MS}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
             "clientPortAddress=127.0.0.1",
@@ -240,6 +243,7 @@ class EmbeddedZooKeeper:
             f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
             # Short sessions let tests expire sessions quickly if they ask for it.
             "minSessionTimeout=1000",
+            "maxSessionTimeout=60000",  # the default (20 ticks) would cap sessions at 10 s
         ]
         if self.tls is not None:
             lines += [
