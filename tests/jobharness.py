@@ -94,15 +94,21 @@ class JobHarness:
         self.coordinators[name] = proc
         return proc
 
-    def start_processor(self, pid: str, location: str) -> Proc:
+    def start_processor(self, pid: str, location: str, *, connect: str | None = None) -> Proc:
+        """Start ``affinity processor run``; ``connect``: another ZooKeeper address for it alone
+        (e.g. a pausable relay to the same server)."""
         status = self.workdir / f"{pid}.json"
+        config = self.config
+        if connect is not None:
+            config = self.workdir / f"{pid}.yaml"
+            config.write_text(self.config.read_text().replace(self.server.hosts, connect))
         proc = self._spawn(
             pid,
             [
                 "processor",
                 "run",
                 "--config",
-                str(self.config),
+                str(config),
                 "--processor-id",
                 pid,
                 "--location",

@@ -17,6 +17,9 @@ Usage::
 the group's thread. With ``duplicate_wait_s`` set, a member whose id an older live registration
 holds waits that long for it to go, then gives up (``on_refused(processor_id, node, older)``);
 without it (a Spark driver: its executors' ids are its own) registrations are not compared.
+While the connection is down, each member stops its tasks before the server could expire the
+session (the member machine's rule 7b); ``fence_after_s`` defaults to a quarter of the client's
+session timeout.
 ``register(processor_id, location_id, host, extra) -> node`` and ``unregister(node)`` default to
 the store's processor registry; a Spark driver passes its executor registrar's.
 """
@@ -34,12 +37,20 @@ import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
-from coordinator.protocol.member import RECHECK_DELAY_S, UNEXPECTED_LOSS, MemberMachine
+from coordinator.protocol.member import (
+    FENCED,
+    RECHECK_DELAY_S,
+    UNEXPECTED_LOSS,
+    MemberMachine,
+    fence_delay,
+)
 from coordinator.protocol.member_events import (
     BarrierDecided,
     CheckRegistration,
     Connected,
+    ConnectionSuspended,
     ContainerRead,
+    FenceDue,
     FetchLatestVersion,
     JoinBarrier,
     ManifestMissing,
@@ -53,6 +64,7 @@ from coordinator.protocol.member_events import (
     Registered,
     RegistrationRefused,
     ResyncDue,
+    ScheduleFence,
     ScheduleResync,
     SessionLost,
     Shutdown,
@@ -114,6 +126,7 @@ class MemberGroup:
         unregister: Callable[[str], None] | None = None,
         duplicate_wait_s: float | None = None,
         on_refused: OnRefused | None = None,
+        fence_after_s: float | None = None,
     ) -> None:
         self.client = client
         self.store = store
@@ -128,6 +141,8 @@ class MemberGroup:
         self._watches = _Watches()
         self._duplicate_wait_s = duplicate_wait_s
         self._on_refused = on_refused
+        timeout_s = getattr(client, "_session_timeout", 10_000) / 1000  # what kazoo was given
+        self._fence_after_s = fence_delay(timeout_s) if fence_after_s is None else fence_after_s
 
     # -------------------------------------------------------------------- membership
 
@@ -135,7 +150,7 @@ class MemberGroup:
         """A new member: it registers as soon as the session is up (thread-safe)."""
         wait = self._duplicate_wait_s
         patience = 0 if wait is None else max(0, math.ceil(wait / RECHECK_DELAY_S))
-        machine = MemberMachine(processor_id, patience=patience)
+        machine = MemberMachine(processor_id, patience=patience, fence_after_s=self._fence_after_s)
         log = self.log.bind(processor=processor_id, location=location_id)
         with self._lock:
             self._members[processor_id] = _Member(machine, location_id, host, extra, log=log)
@@ -183,6 +198,8 @@ class MemberGroup:
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:
             self._events.put((None, SessionLost()))
+        elif state == KazooState.SUSPENDED:
+            self._events.put((None, ConnectionSuspended()))
         elif state == KazooState.CONNECTED:
             self._events.put((None, Connected()))
 
@@ -334,6 +351,8 @@ class MemberGroup:
     def _stop_tasks(self, member: _Member, action: StopTasks) -> list[MemberEvent]:
         if action.reason == UNEXPECTED_LOSS:
             member.log.error("processor.manifest_disagrees", leaving=sorted(action.tasks)[:10])
+        elif action.reason == FENCED:
+            member.log.warning("processor.fenced", tasks=len(action.tasks))
         self.on_stop(member.machine.processor_id, action.version, action.tasks)
         member.log.info("processor.stopped", tasks=len(action.tasks), reason=action.reason)
         return []
@@ -354,12 +373,20 @@ class MemberGroup:
         member.log.debug("processor.locality_written", version=action.version, writes=written)
         return []
 
+    def _schedule_fence(self, member: _Member, action: ScheduleFence) -> list[MemberEvent]:
+        self._later(action.after_s, member, FenceDue(action.suspension))
+        return []
+
     def _schedule_resync(self, member: _Member, action: ScheduleResync) -> list[MemberEvent]:
-        pid = member.machine.processor_id
-        timer = threading.Timer(action.after_s, self._events.put, args=((pid, ResyncDue()),))
+        self._later(action.after_s, member, ResyncDue())
+        return []
+
+    def _later(self, after_s: float, member: _Member, event: MemberEvent) -> None:
+        """Put ``event`` for ``member`` on the queue after ``after_s`` seconds."""
+        item = (member.machine.processor_id, event)
+        timer = threading.Timer(after_s, self._events.put, args=(item,))
         timer.daemon = True
         timer.start()
-        return []
 
     # -------------------------------------------------------------------- helpers
 
@@ -390,4 +417,5 @@ _ACTION_HANDLERS: dict[type[MemberAction], str] = {
     StartTasks: "_start_tasks",
     WriteLocality: "_write_locality",
     ScheduleResync: "_schedule_resync",
+    ScheduleFence: "_schedule_fence",
 }

@@ -41,6 +41,17 @@ DESIGN.md "Data flow" and invariants I3 and I4 all live here:
 7. **Session loss stops everything.** :class:`SessionLost` means the registration and the
    barrier membership are gone and the leader may give the tasks to others: every running task is
    stopped at once and the member registers again on the next :class:`Connected`.
+7b. **Fence before the session can expire.** A member learns of its session's expiry only when it
+   reaches a server again, while the server may expire it - and the leader give its tasks away -
+   during the disconnection. So on :class:`ConnectionSuspended` the member asks for a fence
+   (:class:`ScheduleFence`, ``fence_after_s``); if the connection is still down when it is due
+   (:class:`FenceDue`), every running task stops ("fenced"). Kazoo reports a suspension at most
+   2/3 of the session timeout after it last heard from the server, which expires the session at
+   the earliest a full timeout after it last heard from the member: a fence a quarter of the
+   timeout after the suspension comes first (:func:`fence_delay`). When the same session is back
+   (:class:`Connected` while registered), a fenced member forgets what it followed and reads the
+   latest version again (it rejoins its barrier and restarts its tasks on DONE, as after a store
+   error); one that was not fenced carries on.
 8. **Shut down.** :class:`Shutdown` stops every task and unregisters; the machine is then CLOSED.
 
 Hence tasks run only under a DONE version, the running set changes only when a barrier is DONE
@@ -57,7 +68,9 @@ from coordinator.protocol.member_events import (
     BarrierDecided,
     CheckRegistration,
     Connected,
+    ConnectionSuspended,
     ContainerRead,
+    FenceDue,
     FetchLatestVersion,
     JoinBarrier,
     ManifestMissing,
@@ -71,6 +84,7 @@ from coordinator.protocol.member_events import (
     Registered,
     RegistrationRefused,
     ResyncDue,
+    ScheduleFence,
     ScheduleResync,
     SessionLost,
     Shutdown,
@@ -86,7 +100,15 @@ from coordinator.protocol.member_events import (
 from coordinator.protocol.rules import keeps_everything, tasks_changed
 from metadata.model import BarrierState, TaskModel
 
-__all__ = ["RECHECK_DELAY_S", "RESYNC_DELAY_S", "TRANSITIONS", "UNEXPECTED_LOSS", "MemberMachine"]
+__all__ = [
+    "FENCED",
+    "RECHECK_DELAY_S",
+    "RESYNC_DELAY_S",
+    "TRANSITIONS",
+    "UNEXPECTED_LOSS",
+    "MemberMachine",
+    "fence_delay",
+]
 
 #: How long a member waits before it resyncs after a store error (seconds).
 RESYNC_DELAY_S = 1.0
@@ -94,6 +116,14 @@ RESYNC_DELAY_S = 1.0
 RECHECK_DELAY_S = 1.0
 #: The reason of a stop the manifest said would not happen (an early join that loses a task).
 UNEXPECTED_LOSS = "moved, though the manifest said it keeps every task"
+#: The reason of a stop by the fence (7b).
+FENCED = "fenced: disconnected, the session may expire"
+
+
+def fence_delay(session_timeout_s: float) -> float:
+    """How long after a suspension a member stops its tasks (7b): a quarter of the timeout."""
+    return session_timeout_s / 4
+
 
 # ------------------------------------------------------------------------------------ table
 
@@ -120,6 +150,11 @@ TRANSITIONS: dict[tuple[MemberState, type[MemberEvent]], frozenset[MemberState]]
     (S.UNREGISTERED, ResyncDue): frozenset({S.REGISTERING}),
     **{(s, ResyncDue): frozenset({s}) for s in _FOLLOWS},
     **{(s, SessionLost): frozenset({S.UNREGISTERED}) for s in (S.UNREGISTERED, *_ANY_LIVE)},
+    **{(s, ConnectionSuspended): frozenset({s}) for s in _ANY_LIVE},
+    **{(s, FenceDue): frozenset({s}) for s in _ANY_LIVE},
+    (S.REGISTERING, Connected): frozenset({S.REGISTERING}),
+    (S.DUPLICATE, Connected): frozenset({S.DUPLICATE}),
+    **{(s, Connected): frozenset({s, S.FOLLOWING}) for s in _FOLLOWS},
     **{(s, Shutdown): frozenset({S.CLOSED}) for s in (S.UNREGISTERED, S.REFUSED, *_ANY_LIVE)},
 }
 
@@ -142,6 +177,10 @@ class MemberMachine:
     target: dict[str, TaskModel] = field(default_factory=dict)  # v's tasks (JOINED)
     target_version: int | None = None
     checks_left: int = 0  # looks left at an older duplicate registration (DUPLICATE)
+    fence_after_s: float | None = None  # None: never fence (7b)
+    suspension: int = 0  # how many suspensions so far (names the fence that is due)
+    suspended: bool = False
+    fenced: bool = False  # stopped by the fence; resyncs when the session is back
 
     def handle(self, event: MemberEvent) -> list[MemberAction]:
         allowed = TRANSITIONS.get((self.state, type(event)))
@@ -156,9 +195,18 @@ class MemberMachine:
     # ------------------------------------------------------------------- registration
 
     def _connected(self, _event: Connected) -> list[MemberAction]:
-        self.state = S.REGISTERING
-        self.checks_left = self.patience
-        return [Register()]
+        self.suspended = False
+        if self.state is S.UNREGISTERED:
+            self.fenced = False
+            self.state = S.REGISTERING
+            self.checks_left = self.patience
+            return [Register()]
+        if not self.fenced:
+            return []  # the same session is back and nothing was stopped: carry on
+        self.fenced = False
+        self._forget()  # read the latest again: rejoin, restart on DONE (7b)
+        self.state = S.FOLLOWING if self.state in _FOLLOWS else self.state
+        return [FetchLatestVersion()] if self.state is S.FOLLOWING else []
 
     def _registered(self, event: Registered) -> list[MemberAction]:
         if event.duplicate_of is None:
@@ -170,6 +218,19 @@ class MemberMachine:
             return [ScheduleResync(RECHECK_DELAY_S)]
         self.state = S.REFUSED  # the older registration is live: it wins, for good
         return [Unregister(), RegistrationRefused(event.node, event.duplicate_of)]
+
+    def _suspended(self, _event: ConnectionSuspended) -> list[MemberAction]:
+        if self.fence_after_s is None or self.suspended:
+            return []
+        self.suspended = True
+        self.suspension += 1
+        return [ScheduleFence(self.fence_after_s, self.suspension)]
+
+    def _fence_due(self, event: FenceDue) -> list[MemberAction]:
+        if not self.suspended or event.suspension != self.suspension:
+            return []  # connected again in time (or an older suspension's fence)
+        self.fenced = True
+        return self._stop_all(FENCED)
 
     def _session_lost(self, _event: SessionLost) -> list[MemberAction]:
         actions = self._stop_all("session lost")
@@ -284,6 +345,8 @@ class MemberMachine:
 
 _HANDLER_NAMES: dict[type[MemberEvent], str] = {
     Connected: "_connected",
+    ConnectionSuspended: "_suspended",
+    FenceDue: "_fence_due",
     Registered: "_registered",
     SessionLost: "_session_lost",
     Shutdown: "_shutdown",

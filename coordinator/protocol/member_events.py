@@ -13,7 +13,9 @@ __all__ = [
     "BarrierDecided",
     "CheckRegistration",
     "Connected",
+    "ConnectionSuspended",
     "ContainerRead",
+    "FenceDue",
     "FetchLatestVersion",
     "JoinBarrier",
     "ManifestMissing",
@@ -27,6 +29,7 @@ __all__ = [
     "Registered",
     "RegistrationRefused",
     "ResyncDue",
+    "ScheduleFence",
     "ScheduleResync",
     "SessionLost",
     "Shutdown",
@@ -57,7 +60,20 @@ class MemberState(StrEnum):
 
 @dataclass(frozen=True)
 class Connected:
-    """The ZooKeeper session is up (first start, or a new session after a loss)."""
+    """The ZooKeeper session is up: a first start, a new session after a loss, or the same
+    session back after :class:`ConnectionSuspended`."""
+
+
+@dataclass(frozen=True)
+class ConnectionSuspended:
+    """The connection to ZooKeeper dropped; the session may still be alive on the server."""
+
+
+@dataclass(frozen=True)
+class FenceDue:
+    """The fence time of suspension number ``suspension`` has passed (see ScheduleFence)."""
+
+    suspension: int
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,8 @@ class Shutdown:
 
 MemberEvent = (
     Connected
+    | ConnectionSuspended
+    | FenceDue
     | Registered
     | SessionLost
     | VersionAnnounced
@@ -219,6 +237,14 @@ class ScheduleResync:
     after_s: float
 
 
+@dataclass(frozen=True)
+class ScheduleFence:
+    """Deliver ``FenceDue(suspension)`` after ``after_s`` seconds."""
+
+    after_s: float
+    suspension: int
+
+
 MemberAction = (
     Register
     | Unregister
@@ -234,4 +260,5 @@ MemberAction = (
     | StartTasks
     | WriteLocality
     | ScheduleResync
+    | ScheduleFence
 )

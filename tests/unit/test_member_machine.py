@@ -29,7 +29,9 @@ from coordinator.protocol.member_events import (
     BarrierDecided,
     CheckRegistration,
     Connected,
+    ConnectionSuspended,
     ContainerRead,
+    FenceDue,
     FetchLatestVersion,
     JoinBarrier,
     ManifestMissing,
@@ -43,6 +45,7 @@ from coordinator.protocol.member_events import (
     Registered,
     RegistrationRefused,
     ResyncDue,
+    ScheduleFence,
     ScheduleResync,
     SessionLost,
     Shutdown,
@@ -66,6 +69,7 @@ from metadata.model import (
 )
 
 ME = "p-1"
+FENCE_AFTER_S = 1.0
 POOL = tuple(
     TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
     for n in range(6)
@@ -107,8 +111,18 @@ class MemberHarness(RuleBasedStateMachine):
         self.answered_duplicate = False  # the last registration answer named an older one
         self.looks_at_older = 0  # answers in a row that named an older registration
         self.refused = False
+        self.suspended = False  # the connection is down (the session may be alive)
+        self.fence_pending: int | None = None  # the suspension whose fence is scheduled
+        self.deferred: list[MemberEvent] = []  # watch events kazoo delivers after reconnecting
 
     # ---------------------------------------------------------------- the adapter's part
+
+    def notify(self, event: MemberEvent) -> None:
+        """A watch fires: at once, or (while disconnected) once the connection is back."""
+        if self.suspended:
+            self.deferred.append(event)
+        else:
+            self.feed(event)
 
     def feed(self, event: MemberEvent) -> None:
         self.events.append(event)
@@ -131,9 +145,10 @@ class MemberHarness(RuleBasedStateMachine):
     def carry_out(self, action: MemberAction) -> None:
         world = self.world
         if isinstance(action, Register):
-            if not self.connected or self.failing():
-                if not self.fail_next:
-                    self.events.append(StoreFailed("not connected"))
+            if not self.connected:
+                self.events.append(StoreFailed("not connected"))
+                return
+            if self.failing():
                 return
             assert not self.refused  # refused for good: never registers again
             self.registered = True
@@ -194,6 +209,9 @@ class MemberHarness(RuleBasedStateMachine):
             self.written.append((action.version, tuple(action.tasks)))
         elif isinstance(action, ScheduleResync):
             self.resync_pending = True
+        elif isinstance(action, ScheduleFence):
+            assert self.suspended and action.after_s == FENCE_AFTER_S
+            self.fence_pending = action.suspension
 
     def answer_registration(self) -> None:
         self.answered_duplicate = self.older is not None
@@ -229,7 +247,7 @@ class MemberHarness(RuleBasedStateMachine):
 
     @initialize(patience=st.integers(0, 2), older=st.booleans())
     def start(self, patience: int, older: bool) -> None:
-        self.machine = MemberMachine(ME, patience=patience)
+        self.machine = MemberMachine(ME, patience=patience, fence_after_s=FENCE_AFTER_S)
         self.older = "/processors/processor-0" if older else None
         self.feed(Connected())
 
@@ -265,11 +283,11 @@ class MemberHarness(RuleBasedStateMachine):
         )
         world.barriers[model.version] = BarrierState.NEW
         if announce:
-            self.feed(VersionAnnounced(model.version))
+            self.notify(VersionAnnounced(model.version))
 
     @rule()
     def announce_latest(self) -> None:
-        self.feed(VersionAnnounced(self.world.latest or None))
+        self.notify(VersionAnnounced(self.world.latest or None))
 
     @rule(done=st.booleans())
     def decide_latest(self, done: bool) -> None:
@@ -283,7 +301,7 @@ class MemberHarness(RuleBasedStateMachine):
         state = BarrierState.DONE if done else BarrierState.TIMED_OUT
         world.barriers[version] = state
         if version in self.watched:
-            self.feed(BarrierDecided(version, state))
+            self.notify(BarrierDecided(version, state))
 
     @rule()
     def retention_removes_oldest(self) -> None:
@@ -297,7 +315,7 @@ class MemberHarness(RuleBasedStateMachine):
     def store_fails_next(self, dice: int) -> None:
         self.fail_next = dice == 0  # rarer than the rest, so runs get far enough
 
-    @precondition(lambda self: self.resync_pending)
+    @precondition(lambda self: self.resync_pending and not self.suspended)
     @rule()
     def resync(self) -> None:
         self.resync_pending = False
@@ -309,13 +327,33 @@ class MemberHarness(RuleBasedStateMachine):
             return
         self.connected = False
         self.registered = False
+        self.suspended, self.deferred = False, []  # the old session's watches are gone
         self.feed(SessionLost())
         assert not self.running  # session loss stops everything at once
 
     @rule()
     def reconnect(self) -> None:
         self.connected = True
+        self.suspended, deferred, self.deferred = False, self.deferred, []
         self.feed(Connected())
+        for event in deferred:
+            self.feed(event)
+
+    @precondition(lambda self: self.machine.state not in (MemberState.CLOSED,))
+    @rule()
+    def connection_drops(self) -> None:
+        self.suspended = True
+        self.feed(ConnectionSuspended())
+
+    @precondition(lambda self: self.fence_pending is not None)
+    @rule()
+    def fence_time_passes(self) -> None:
+        suspension, self.fence_pending = self.fence_pending, None
+        assert suspension is not None
+        still_down = self.suspended and suspension == self.machine.suspension
+        self.feed(FenceDue(suspension))
+        if still_down:
+            assert not self.running  # 7b: fenced before the server can expire the session
 
     @precondition(lambda self: self.machine.state != MemberState.CLOSED)
     @rule(dice=st.integers(0, 9))
@@ -335,6 +373,11 @@ class MemberHarness(RuleBasedStateMachine):
             assert not self.running and self.machine.target_version is None
         if self.refused:
             assert self.machine.state in (MemberState.REFUSED, MemberState.CLOSED)
+
+    @invariant()
+    def a_fenced_member_runs_nothing_until_the_session_is_back(self) -> None:
+        if self.suspended and self.machine.fenced:
+            assert not self.running
 
     @invariant()
     def runs_one_done_version(self) -> None:
