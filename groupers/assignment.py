@@ -117,8 +117,8 @@ class Assignment:
     """One assignment in progress; see :func:`groupers.host_affinity.assign`."""
 
     processors: list[str]  # live processor ids, sorted
-    lower: int  # fewest tasks a processor may end with
-    upper: int  # most tasks a processor may end with
+    lower: dict[str, int]  # live processor -> fewest tasks it may end with
+    upper: dict[str, int]  # live processor -> most tasks it may end with
     processor_path: dict[str, Path]  # live processor -> its location path
     kept: dict[str, list[str]]  # live processor -> its previous tasks (name order)
     orphans: list[str]  # tasks with no live previous processor (new, or theirs is gone)
@@ -141,7 +141,7 @@ class Assignment:
         locations = metadata.processor_locality
         processors = sorted(locations)
         names = sorted(set(task_names))
-        total, count = len(names), len(processors)
+        total = len(names)
         previous = metadata.previous_task_to_processor
         kept: dict[str, list[str]] = {pid: [] for pid in processors}
         orphans: list[str] = []
@@ -151,10 +151,11 @@ class Assignment:
                 kept[owner].append(name)
             else:
                 orphans.append(name)
+        lower, upper = _bounds(processors, total, metadata, balance_slack)
         state = cls(
             processors,
-            lower=max(0, total // count - balance_slack),
-            upper=-(-total // count) + balance_slack,
+            lower=lower,
+            upper=upper,
             processor_path={},
             kept=kept,
             orphans=orphans,
@@ -348,6 +349,23 @@ class Assignment:
                 mine = [name for name in mine if name not in self.given_up]
             result[pid] = mine + self.placed[pid]
         return result
+
+
+def _bounds(
+    processors: list[str], total: int, metadata: GrouperMetadata, balance_slack: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Each processor's balance bounds: floor and ceil of ``total * cap(p) / sum(cap)`` (all
+    capacities 1: ``T // P`` and ``ceil(T / P)``), widened by ``balance_slack``."""
+    capacity = metadata.capacity
+    caps = [capacity(pid) for pid in processors]
+    whole = sum(caps)
+    lower: dict[str, int] = {}
+    upper: dict[str, int] = {}
+    for pid, cap in zip(processors, caps, strict=True):
+        share = total * cap
+        lower[pid] = max(0, share // whole - balance_slack)
+        upper[pid] = -(-share // whole) + balance_slack
+    return lower, upper
 
 
 def sweep(

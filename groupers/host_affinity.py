@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from groupers.api import GrouperError, GrouperMetadata, build_containers, tasks_by_name
 from groupers.assignment import (
@@ -72,8 +72,10 @@ from groupers.assignment import (
     loses_nothing,
     sweep,
 )
+from groupers.failover import fail_over_to_copies
 from groupers.locations import common_depth
 from groupers.sheds import LossySheds, ZeroLossLocal, forced_sheds_matched
+from groupers.standby import place_standbys
 from groupers.virtual import inherit_locality, needs_inheritance
 from metadata.model import ContainerModel, TaskModel
 
@@ -85,12 +87,21 @@ class HostAffinityGrouper:
     """The default TaskNameGrouper: previous processor, else same location, else nearest."""
 
     balance_slack: int = 0
+    standby_replicas: int = 0
+    max_warmup_replicas: int = 0
+    acceptable_recovery_lag: int = 0
+    max_moves_per_rebalance: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.balance_slack, bool) or not isinstance(self.balance_slack, int):
-            raise GrouperError(f"balance_slack must be an integer, got {self.balance_slack!r}")
-        if self.balance_slack < 0:
-            raise GrouperError(f"balance_slack must be >= 0, got {self.balance_slack}")
+        for option in (
+            "balance_slack",
+            "standby_replicas",
+            "max_warmup_replicas",
+            "acceptable_recovery_lag",
+        ):
+            _check_count(option, getattr(self, option), 0)
+        if self.max_moves_per_rebalance is not None:
+            _check_count("max_moves_per_rebalance", self.max_moves_per_rebalance, 1)
 
     def group(self, tasks: Collection[TaskModel], metadata: GrouperMetadata) -> set[ContainerModel]:
         by_name = tasks_by_name(tasks)
@@ -106,11 +117,25 @@ class HostAffinityGrouper:
                 metadata.previous_task_to_ssps,
                 metadata.previous_task_to_processor,
             )
-            metadata = GrouperMetadata(
-                metadata.processor_locality, locality, previous, metadata.previous_task_to_ssps
+            metadata = replace(
+                metadata, task_locality=locality, previous_task_to_processor=previous
             )
-        assignment = assign(list(by_name), metadata, balance_slack=self.balance_slack)
-        return build_containers(assignment, by_name, metadata.processor_locality)
+        assignment = assign(
+            list(by_name),
+            metadata,
+            balance_slack=self.balance_slack,
+            acceptable_recovery_lag=self.acceptable_recovery_lag,
+        )
+        standbys = place_standbys(assignment, metadata, self.standby_replicas)
+        return build_containers(assignment, by_name, metadata.processor_locality, standbys)
+
+
+def _check_count(option: str, value: object, least: int) -> None:
+    """An option that is a count: an integer >= ``least`` (the message names the option)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GrouperError(f"{option} must be an integer, got {value!r}")
+    if value < least:
+        raise GrouperError(f"{option} must be >= {least}, got {value}")
 
 
 def assign(
@@ -118,6 +143,7 @@ def assign(
     metadata: GrouperMetadata,
     *,
     balance_slack: int = 0,
+    acceptable_recovery_lag: int = 0,
 ) -> dict[str, list[str]]:
     """Processor id -> task names, by the priorities of the module docstring.
 
@@ -130,6 +156,8 @@ def assign(
     state = _budgets(task_names, metadata, balance_slack)
     # ---------------------------------------------------------------- 2. keep
     _keep(state, metadata)
+    # ---------------------------------------------------------------- 2b. failover to copies
+    fail_over_to_copies(state, metadata, acceptable_recovery_lag)
     # ---------------------------------------------------------------- 3. forced sheds
     _place_at_exact_locations(state)
     # ---------------------------------------------------------------- 4. optional sheds
@@ -151,9 +179,9 @@ def _budgets(
     the two budgets is non-zero, or both are zero)."""
     state = Assignment.start(task_names, metadata, balance_slack)
     upper, lower = state.upper, state.lower
-    keeping = {pid: min(len(tasks), upper) for pid, tasks in state.kept.items()}
+    keeping = {pid: min(len(tasks), upper[pid]) for pid, tasks in state.kept.items()}
     moving = len(state.orphans) + sum(len(state.kept[p]) - keeping[p] for p in state.processors)
-    mandatory = sum(max(0, lower - keeping[pid]) for pid in state.processors)
+    mandatory = sum(max(0, lower[pid] - keeping[pid]) for pid in state.processors)
     state.optional_budget = max(0, moving - mandatory)
     state.supply_budget = max(0, mandatory - moving)
     return state
@@ -169,8 +197,8 @@ def _keep(state: Assignment, metadata: GrouperMetadata) -> None:
     task_locality = metadata.task_locality
     for name in state.orphans:
         state.nodes[state.path_of(task_locality.get(name))].tasks.append(name)
-    lower, upper = state.lower, state.upper
     for pid in state.processors:
+        lower, upper = state.lower[pid], state.upper[pid]
         node = state.nodes[state.processor_path[pid]]
         have = min(len(state.kept[pid]), upper)
         if have < lower:
