@@ -7,7 +7,8 @@ Priorities, strictly in this order (DESIGN.md "Grouper contract"):
 
 1. **Balance.** With T tasks and P live processors every processor ends with ``floor(T/P)`` or
    ``ceil(T/P)`` tasks; the option ``balance_slack=k`` widens that to
-   ``[floor(T/P) - k, ceil(T/P) + k]``.
+   ``[floor(T/P) - k, ceil(T/P) + k]``. With ``GrouperMetadata.processor_capacity`` the bounds
+   are per processor: floor and ceil of ``T * cap(p) / sum(cap)`` (all 1: the same as above).
 2. **Stickiness.** As few tasks as possible change processor. Every processor keeps
    ``min(previous tasks, upper bound)`` of its previous tasks. The tasks that must move are the
    *orphans* (previous processor gone, or new tasks) and the *mandatory sheds* (a processor above
@@ -39,7 +40,9 @@ bounds, budgets, the location tree, what is kept, placed and given up), as Kafka
 1. *budgets* (:func:`_budgets`): the balance bounds, and the budget of optional slots or of
    optional sheds (priority 2);
 2. *keep* (:func:`_keep`): what every processor keeps, what it must shed (forced) or may shed
-   (optional), all laid out on the location tree;
+   (optional), all laid out on the location tree; then (2b) *failover*
+   (:func:`groupers.failover.fail_over_to_copies`): tasks whose processor is gone take the room
+   of processors holding a caught-up copy of their state (``task_state``; nothing without it);
 3. *forced sheds* (:func:`_place_at_exact_locations`): moving tasks at their exact locations,
    then forced sheds matched exactly to the room at their tasks' locations
    (:func:`groupers.matching.max_flow_bipartite`), then the sheds that gain locality;
@@ -48,6 +51,11 @@ bounds, budgets, the location tree, what is kept, placed and given up), as Kafka
 5. *locality placement* (:func:`_place_by_locality`): pass A, everything rises through the
    tree taking the room nearest its location; pass B places the rest losing as little as
    possible (sheds that lose nothing, then the nearest lossy ones, then anything).
+
+After :func:`assign`, :meth:`HostAffinityGrouper.group` places the standby replicas
+(``standby_replicas``, :func:`groupers.standby.place_standbys`), which never change the actives.
+``max_warmup_replicas`` and ``max_moves_per_rebalance`` are accepted and checked but not applied
+yet.
 
 The moves every phase is made of (fill room, shed, sweep the tree) and the named predicates are
 in :mod:`groupers.assignment`; the shed policies of phases 3 to 5 in :mod:`groupers.sheds`.

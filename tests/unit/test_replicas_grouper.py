@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupers import GrouperMetadata, get_grouper, validate
+from groupers import GrouperMetadata, InvalidAssignment, get_grouper, validate
 from groupers.locations import common_depth, location_path
 from groupers.measures import owners, tasks_moved
-from groupers.testing import GrouperInput, grouper_inputs
+from groupers.testing import GrouperInput, check_grouper, grouper_inputs
 from metadata.model import ContainerModel, SystemStreamPartition, TaskModel
 
 PLAIN = get_grouper("host-affinity")
@@ -236,3 +237,20 @@ def test_failover_keeps_balance_and_movement_and_uses_copies(
         return sum(state.get(n, {}).get(assignment[n], lag + 1) <= lag for n in lost)
 
     assert on_copy(owners(answer)) >= on_copy(owners(blind))
+
+
+# ------------------------------------------------------------------------ conformance kit
+
+
+def test_conformance_kit_with_replicas_and_capacity() -> None:
+    grouper = get_grouper("host-affinity", standby_replicas=2, acceptable_recovery_lag=1)
+    check_grouper(grouper, max_examples=40, hash_seeds=("7",), subprocess_examples=2)
+
+
+def test_conformance_kit_rejects_a_standby_on_its_active() -> None:
+    class Doubling:
+        def group(self, tasks: list[TaskModel], metadata: GrouperMetadata) -> set[ContainerModel]:
+            return {replace(c, standby_tasks=c.tasks) for c in PLAIN.group(tasks, metadata)}
+
+    with pytest.raises(InvalidAssignment, match="has a standby on its active processor"):
+        check_grouper(Doubling(), max_examples=5, hash_seeds=())
