@@ -47,13 +47,16 @@ def place_standbys(
     placer = _Placer(active, metadata, len(owner) * copies)
     chosen: dict[str, list[str]] = {name: [pid] for name, pid in owner.items()}
     names = sorted(owner)
-    for name in names:  # pass 1: stickiness
-        placer.copies[name] = chosen[name]
-        placer.keep_held(name, chosen[name], metadata.task_state.get(name, {}), copies)
+    state = metadata.task_state
+    for name in sorted(state) if state else ():  # pass 1: stickiness
+        if name in chosen:
+            placer.copies[name] = chosen[name]
+            placer.keep_held(name, chosen[name], state[name], copies)
+    place = placer.place
     for name in names:  # pass 2: the rest
         held = chosen[name]
         while len(held) <= copies:
-            held.append(placer.place(name, held))
+            held.append(place(name, held))
     standbys: dict[str, list[str]] = {pid: [] for pid in active}
     for name in names:
         for pid in chosen[name][1:]:
@@ -113,7 +116,12 @@ class _Placer:
     def spread(self, pid: str, copies: Iterable[str]) -> int:
         """The longest common location prefix of ``pid`` with any of the copies."""
         here, path = self.path[pid], self.path
-        return max(common_depth(here, path[c]) for c in copies)
+        most = 0
+        for copy in copies:
+            other = path[copy]
+            if other and here and other[0] == here[0]:
+                most = max(most, common_depth(here, other))
+        return most
 
     def best_spread(self, copies: list[str]) -> int | None:
         """The least spread a processor under its cap and holding no copy offers (None: every
@@ -165,11 +173,19 @@ class _Placer:
     def place(self, name: str, chosen: list[str]) -> str:
         """The processor for one more copy of task ``name``, whose copies are on ``chosen``."""
         self.copies[name] = chosen
-        best = self.best_spread(chosen)
-        if best is None:
-            return self._swap(name, chosen)
+        best: int | None = 0  # nothing in common: the best there is (the usual case)
+        known = False
         skipped: list[tuple[int, int, str]] = []
         while True:
+            if not known and (len(skipped) > len(chosen) or not self.heap):  # find the best
+                best, known = self.best_spread(chosen), True
+                for entry in skipped:  # and look again from the top
+                    heapq.heappush(self.heap, entry)
+                skipped = []
+            if best is None or not self.heap:
+                for entry in skipped:
+                    heapq.heappush(self.heap, entry)
+                return self._swap(name, chosen)
             entry = heapq.heappop(self.heap)
             load, _, pid = entry
             if load != self.load[pid] or load >= self.cap[pid]:
