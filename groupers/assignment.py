@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from groupers.api import GrouperMetadata
 from groupers.locations import Path, location_path
+from groupers.measures import balance_bounds
 
 __all__ = [
     "Assignment",
@@ -65,11 +66,12 @@ class Candidate(NamedTuple):
     name: str
     processor_id: str
     is_local: bool  # recorded at its processor's exact location
+    order: int = 0  # rank in the spread order (groupers.spread), 0 when that is name order
 
-    def shed_order(self) -> tuple[bool, int, str, str]:
+    def shed_order(self) -> tuple[bool, int, int, str, str]:
         """Non-local first (shedding them never costs an exact location), then the least
-        close to their own processor."""
-        return (self.is_local, self.closeness, self.name, self.processor_id)
+        close to their own processor, then in spread order."""
+        return (self.is_local, self.closeness, self.order, self.name, self.processor_id)
 
 
 class Node:
@@ -130,17 +132,23 @@ class Assignment:
     lossy_forced: dict[str, int] = field(default_factory=dict)  # forced sheds that must lose
     given_up: set[str] = field(default_factory=set)  # previous tasks that leave
     placed: dict[str, list[str]] = field(default_factory=dict)  # processor -> tasks it gains
+    rank: dict[str, int] | None = None  # task -> rank in the spread order (None: name order)
     _paths: dict[str, Path] = field(default_factory=dict)
 
     @classmethod
     def start(
-        cls, task_names: Collection[str], metadata: GrouperMetadata, balance_slack: int
+        cls,
+        task_names: Collection[str],
+        metadata: GrouperMetadata,
+        balance_slack: int,
+        order: list[str] | None = None,
     ) -> Assignment:
         """Balance bounds, and every task either kept by its live previous processor or an
-        orphan (budgets are set by the caller)."""
+        orphan (budgets are set by the caller). ``order``: the task names in spread order
+        (:func:`groupers.spread.spread_order`; None: name order)."""
         locations = metadata.processor_locality
         processors = sorted(locations)
-        names = sorted(set(task_names))
+        names = order if order is not None else sorted(set(task_names))
         total = len(names)
         previous = metadata.previous_task_to_processor
         kept: dict[str, list[str]] = {pid: [] for pid in processors}
@@ -151,7 +159,7 @@ class Assignment:
                 kept[owner].append(name)
             else:
                 orphans.append(name)
-        lower, upper = _bounds(processors, total, metadata, balance_slack)
+        lower, upper = balance_bounds(processors, total, metadata, balance_slack)
         state = cls(
             processors,
             lower=lower,
@@ -160,11 +168,20 @@ class Assignment:
             kept=kept,
             orphans=orphans,
             placed={pid: [] for pid in processors},
+            rank={name: rank for rank, name in enumerate(order)} if order is not None else None,
         )
         state.processor_path = {pid: state.path_of(locations[pid]) for pid in processors}
         return state
 
     # ------------------------------------------------------------------------ predicates
+
+    def task_key(self) -> Callable[[str], object] | None:
+        """The sort key of task names in spread order (None: name order)."""
+        return self.rank.__getitem__ if self.rank is not None else None
+
+    def order_of(self, name: str) -> int:
+        """The task's rank in the spread order (0 when that is name order)."""
+        return self.rank[name] if self.rank is not None else 0
 
     def path_of(self, location: str | None) -> Path:
         """The location's path (cached: many tasks share a location)."""
@@ -351,35 +368,22 @@ class Assignment:
         return result
 
 
-def _bounds(
-    processors: list[str], total: int, metadata: GrouperMetadata, balance_slack: int
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Each processor's balance bounds: floor and ceil of ``total * cap(p) / sum(cap)`` (all
-    capacities 1: ``T // P`` and ``ceil(T / P)``), widened by ``balance_slack``."""
-    capacity = metadata.capacity
-    caps = [capacity(pid) for pid in processors]
-    whole = sum(caps)
-    lower: dict[str, int] = {}
-    upper: dict[str, int] = {}
-    for pid, cap in zip(processors, caps, strict=True):
-        share = total * cap
-        lower[pid] = max(0, share // whole - balance_slack)
-        upper[pid] = -(-share // whole) + balance_slack
-    return lower, upper
-
-
 def sweep(
-    nodes: defaultdict[Path, Node], visit: Callable[[Node, int], None], rise: bool = True
+    nodes: defaultdict[Path, Node],
+    visit: Callable[[Node, int], None],
+    rise: bool = True,
+    key: Callable[[str], object] | None = None,
 ) -> Node:
     """Visit nodes deepest first, passing leftovers up (unless ``rise`` is false: then each node
-    is visited with only its own items); return the root with what is left."""
+    is visited with only its own items); return the root with what is left. Tasks are taken
+    in ``key`` order (spread order; None: name order)."""
     for path in list(nodes):
         for depth in range(len(path)):
             nodes[path[:depth]]  # create the ancestors
     for path in sorted(nodes, key=lambda p: (-len(p), p)):
         node = nodes[path]
         # Reverse order: fill() consumes from the end, so the smallest names/ids go first.
-        node.tasks.sort(reverse=True)
+        node.tasks.sort(key=key, reverse=True)  # type: ignore[arg-type]
         node.mandatory.sort(key=_by_processor, reverse=True)
         node.optional.sort(key=_by_processor, reverse=True)
         visit(node, len(path))

@@ -26,8 +26,12 @@ Priorities, strictly in this order (DESIGN.md "Grouper contract"):
    ones so the optional budget is spent where it buys locality. A processor that must shed
    gives up first the tasks whose recorded location is farthest from it (keeping one whose
    state is not there buys nothing).
-4. **Determinism.** Every choice is made in sorted order of task names, processor ids and
-   location paths, never in hash or input order, so the output depends only on the inputs
+4. **Spread.** Among equally good tasks, choices follow the spread order
+   (:func:`groupers.spread.spread_order`: streams dealt round-robin), so every processor of a
+   fresh or rebalanced assignment gets a share of every stream; name order when all tasks read
+   the same streams.
+5. **Determinism.** Every choice is made in sorted order of tasks (spread order), processor ids
+   and location paths, never in hash or input order, so the output depends only on the inputs
    (invariant I6).
 
 Code map
@@ -83,6 +87,7 @@ from groupers.assignment import (
 from groupers.failover import fail_over_to_copies
 from groupers.locations import common_depth
 from groupers.sheds import LossySheds, ZeroLossLocal, forced_sheds_matched
+from groupers.spread import spread_order
 from groupers.standby import place_standbys
 from groupers.virtual import inherit_locality, needs_inheritance
 from metadata.model import ContainerModel, TaskModel
@@ -131,6 +136,7 @@ class HostAffinityGrouper:
         assignment = assign(
             list(by_name),
             metadata,
+            order=spread_order(by_name.values()),
             balance_slack=self.balance_slack,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
         )
@@ -150,6 +156,7 @@ def assign(
     task_names: Collection[str],
     metadata: GrouperMetadata,
     *,
+    order: list[str] | None = None,
     balance_slack: int = 0,
     acceptable_recovery_lag: int = 0,
 ) -> dict[str, list[str]]:
@@ -161,7 +168,7 @@ def assign(
     if not metadata.processor_locality:
         return {}
     # ---------------------------------------------------------------- 1. budgets
-    state = _budgets(task_names, metadata, balance_slack)
+    state = _budgets(task_names, metadata, balance_slack, order)
     # ---------------------------------------------------------------- 2. keep
     _keep(state, metadata)
     # ---------------------------------------------------------------- 2b. failover to copies
@@ -179,13 +186,16 @@ def assign(
 
 
 def _budgets(
-    task_names: Collection[str], metadata: GrouperMetadata, balance_slack: int
+    task_names: Collection[str],
+    metadata: GrouperMetadata,
+    balance_slack: int,
+    order: list[str] | None = None,
 ) -> Assignment:
     """Bounds, kept and orphaned tasks, and the budgets: every processor keeps
     ``min(previous tasks, upper)``; the surplus of moving tasks over the room below the lower
     bound goes to optional slots, or the shortfall is made up by optional sheds (exactly one of
     the two budgets is non-zero, or both are zero)."""
-    state = Assignment.start(task_names, metadata, balance_slack)
+    state = Assignment.start(task_names, metadata, balance_slack, order)
     upper, lower = state.upper, state.lower
     keeping = {pid: min(len(tasks), upper[pid]) for pid, tasks in state.kept.items()}
     moving = len(state.orphans) + sum(len(state.kept[p]) - keeping[p] for p in state.processors)
@@ -226,6 +236,7 @@ def _candidates(
     local tasks that move for certain), and at most ``optional`` optional ones."""
     here = state.processor_path[pid]
     nodes, path_of, keeps_location = state.nodes, state.path_of, state.keeps_location
+    order_of = state.order_of
     node = nodes[here]
     local: list[str] = []
     for name in state.kept[pid]:
@@ -233,7 +244,9 @@ def _candidates(
         if keeps_location(where, pid):
             local.append(name)
         else:
-            nodes[where].candidates.append(Candidate(common_depth(where, here), name, pid, False))
+            nodes[where].candidates.append(
+                Candidate(common_depth(where, here), name, pid, False, order_of(name))
+            )
     non_local = len(state.kept[pid]) - len(local)
     # Sheds beyond the non-local tasks must give up local ones: they move for certain, so they
     # join the moving tasks at this location (the last names go).
@@ -250,7 +263,8 @@ def _candidates(
         # Local tasks are interchangeable here and at most ``optional`` of them can go.
         depth = len(here)
         node.candidates.extend(
-            Candidate(depth, name, pid, True) for name in local[len(local) - optional :]
+            Candidate(depth, name, pid, True, order_of(name))
+            for name in local[len(local) - optional :]
         )
 
 
@@ -263,14 +277,16 @@ def _place_at_exact_locations(state: Assignment) -> None:
     processor's quota, several locations; one location, several processors), then every node's
     sheds that gain locality, each node with only its own items."""
 
+    key = state.task_key()
+
     def movers_only(node: Node, depth: int) -> None:
         if depth:
             state.place_movers(node)
 
-    sweep(state.nodes, movers_only, rise=False)
+    sweep(state.nodes, movers_only, rise=False, key=key)
     if state.must_shed:
         forced_sheds_matched(state)
-    sweep(state.nodes, state.gain, rise=False)
+    sweep(state.nodes, state.gain, rise=False, key=key)
 
 
 # ------------------------------------------------------------------------ 4. optional sheds
@@ -292,7 +308,7 @@ def _zero_loss_optional_sheds(state: Assignment) -> None:
     }
     phase = ZeroLossLocal(state, reserved, state.supply_budget - sum(reserved.values()))
     if phase.shortfall > 0:
-        sweep(state.nodes, phase.visit, rise=False)
+        sweep(state.nodes, phase.visit, rise=False, key=state.task_key())
 
 
 # ------------------------------------------------------------------------ 5. locality placement
@@ -303,9 +319,14 @@ def _place_by_locality(state: Assignment) -> None:
     as that gains locality. Pass B places what is left, losing as little as possible: a
     candidate stands at the part of its location it shares with its own processor (what it can
     keep), slots at their processors, tasks with nowhere near to go at the root."""
-    root = sweep(state.nodes, state.gain)
+    key = state.task_key()
+    root = sweep(state.nodes, state.gain, key=key)
     # B1: sheds that lose nothing: the room shares with the task all its processor did.
-    root = sweep(state.positioned(root), lambda node, depth: state.shed(node, loses_nothing, depth))
+    root = sweep(
+        state.positioned(root),
+        lambda node, depth: state.shed(node, loses_nothing, depth),
+        key=key,
+    )
     layout = state.positioned(root)
     lossy = LossySheds.count(state, layout[()])
     # B2: the sheds that must lose, nearest first (deepest common node with some room): first
@@ -313,8 +334,8 @@ def _place_by_locality(state: Assignment) -> None:
     for local_ones in (False, True):
         if any(state.lossy_forced.values()) or lossy.supply:
             lossy.local_ones = local_ones
-            layout = state.positioned(sweep(layout, lossy.visit))
-    root = sweep(layout, lambda node, depth: None)
+            layout = state.positioned(sweep(layout, lossy.visit, key=key))
+    root = sweep(layout, lambda node, depth: None, key=key)
     # B3: what is left has nothing to lose: sheds first (forced ones, then optional), then the
     # tasks that must move, to whatever room remains.
     state.shed(root, anything, 0)
