@@ -58,8 +58,10 @@ bounds, budgets, the location tree, what is kept, placed and given up), as Kafka
 
 After :func:`assign`, :meth:`HostAffinityGrouper.group` places the standby replicas
 (``standby_replicas``, :func:`groupers.standby.place_standbys`), which never change the actives.
-``max_warmup_replicas`` and ``max_moves_per_rebalance`` are accepted and checked but not applied
-yet.
+Before them, :func:`groupers.holdback.hold_back` holds balance moves back: warm-up
+(``max_warmup_replicas``: a move to a processor with no caught-up copy waits for a warm-up
+replica) and the movement limit (``max_moves_per_rebalance``); with both at their defaults it
+does not run.
 
 The moves every phase is made of (fill room, shed, sweep the tree) and the named predicates are
 in :mod:`groupers.assignment`; the shed policies of phases 3 to 5 in :mod:`groupers.sheds`.
@@ -85,6 +87,7 @@ from groupers.assignment import (
     sweep,
 )
 from groupers.failover import fail_over_to_copies
+from groupers.holdback import HoldBack, hold_back
 from groupers.locations import common_depth
 from groupers.sheds import LossySheds, ZeroLossLocal, forced_sheds_matched
 from groupers.spread import spread_order
@@ -133,14 +136,36 @@ class HostAffinityGrouper:
             metadata = replace(
                 metadata, task_locality=locality, previous_task_to_processor=previous
             )
+        order = spread_order(by_name.values())
         assignment = assign(
             list(by_name),
             metadata,
-            order=spread_order(by_name.values()),
+            order=order,
             balance_slack=self.balance_slack,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
         )
+        return self._finish(assignment, by_name, metadata, order)
+
+    def _finish(
+        self,
+        assignment: dict[str, list[str]],
+        by_name: dict[str, TaskModel],
+        metadata: GrouperMetadata,
+        order: list[str] | None,
+    ) -> set[ContainerModel]:
+        """Hold balance moves back (warm-up, movement limit), then place the standbys; a
+        warm-up replica is a standby on its task's target."""
+        options = HoldBack(
+            self.max_warmup_replicas, self.acceptable_recovery_lag, self.max_moves_per_rebalance
+        )
+        warmups: dict[str, list[str]] = {}
+        if options.active and metadata.processor_locality:
+            rank = {name: i for i, name in enumerate(order)} if order is not None else None
+            assignment, warmups = hold_back(assignment, metadata, options, rank)
         standbys = place_standbys(assignment, metadata, self.standby_replicas)
+        for pid, names in warmups.items():
+            if names:
+                standbys[pid] = sorted(set(standbys[pid]).union(names))
         return build_containers(assignment, by_name, metadata.processor_locality, standbys)
 
 
