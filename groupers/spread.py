@@ -33,6 +33,10 @@ def _stream_of(task: TaskModel) -> str:
 def spread_order(tasks: Iterable[TaskModel]) -> list[str] | None:
     """Task names with the streams dealt round-robin (see the module docstring), or None when
     every task reads the same streams (then name order is that order already)."""
+    tasks = list(tasks)
+    streams = {(ssp.system, ssp.stream) for task in tasks for ssp in task.partitions}
+    if len(streams) < 2:
+        return None  # one stream (or none): nothing to deal
     by_stream: dict[str, list[str]] = {}
     for task in tasks:
         by_stream.setdefault(_stream_of(task), []).append(task.name)

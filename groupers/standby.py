@@ -13,7 +13,8 @@ active assignment is decided first and never changed by this phase. Rules, in th
    other processor: the *spread* of a place is its longest common prefix with any copy.
 3. **Stickiness.** A processor that already holds a copy of the task's state
    (``GrouperMetadata.task_state``, any lag) keeps it when its spread is the best any processor
-   under its cap offers (pass 1, tasks in name order, before any new copy is placed; the most
+   under its cap offers (pass 1, tasks in the order of pass 2: by active processor, then name;
+   before any new copy is placed; the most
    spread held copy first, then the lowest lag). Feeding an answer's standbys back as
    ``task_state`` with the same actives gives the same standbys (one replica; see the tests).
 4. **Load**, then a fixed interleaved order of processors (round-robin over the location tree, so
@@ -21,7 +22,9 @@ active assignment is decided first and never changed by this phase. Rules, in th
 
 Cost: each copy takes a pop from one heap of (load, order) entries, plus the pops of entries
 that are too close to the task's copies (few, as equal loads alternate zones), and O(N * depth)
-for the best spread: about O(T * N * log P) in all.
+for the best spread: about O(T * N * log P) in all. With one replica the tasks sharing an active
+processor are placed as a group (:meth:`_Placer.place_group`): the best spread and each
+processor's spread from that active are computed once per group, not per task.
 """
 
 from __future__ import annotations
@@ -46,21 +49,27 @@ def place_standbys(
     copies = min(replicas, len(active) - 1)
     placer = _Placer(active, metadata, len(owner) * copies)
     chosen: dict[str, list[str]] = {name: [pid] for name, pid in owner.items()}
-    names = sorted(owner)
     state = metadata.task_state
-    for name in sorted(state) if state else ():  # pass 1: stickiness
-        if name in chosen:
-            placer.copies[name] = chosen[name]
-            placer.keep_held(name, chosen[name], state[name], copies)
-    place = placer.place
-    for name in names:  # pass 2: the rest
-        held = chosen[name]
-        while len(held) <= copies:
-            held.append(place(name, held))
+    placer.copies = chosen
+    groups = [sorted(active[pid]) for pid in sorted(active)]  # tasks sharing an active
+    for group in groups if state else ():  # pass 1: stickiness (in the order of pass 2)
+        for name in group:
+            if name in state:
+                placer.keep_held(name, chosen[name], state[name], copies)
     standbys: dict[str, list[str]] = {pid: [] for pid in active}
-    for name in names:
-        for pid in chosen[name][1:]:
-            standbys[pid].append(name)
+    for pid, group in zip(sorted(active), groups, strict=True):  # pass 2: the rest, by group
+        if copies == 1:
+            placer.place_group(pid, group, chosen)
+        for name in group:
+            held = chosen[name]
+            while len(held) <= copies:
+                held.append(placer.place(name, held))
+    for name, copies_of in chosen.items():  # build_containers sorts each list
+        if len(copies_of) == 2:
+            standbys[copies_of[1]].append(name)
+        else:
+            for pid in copies_of[1:]:
+                standbys[pid].append(name)
     return standbys
 
 
@@ -101,7 +110,7 @@ class _Placer:
         self.under: dict[Path, int] = defaultdict(int)  # processors under their cap, per subtree
         self.heap: list[tuple[int, int, str]] = []
         self.held: dict[str, set[str]] = {pid: set() for pid in processors}  # standbys per pid
-        self.copies: dict[str, list[str]] = {}  # task -> its copies, active first
+        self.copies: dict[str, list[str]] = {}  # task -> its copies, active first (set by caller)
         for pid in processors:
             if self.cap[pid] > 0:
                 self._count(pid, 1)
@@ -169,6 +178,56 @@ class _Placer:
             chosen.append(pid)
             self.take(pid, name)
             waiting.remove((lag, pid))
+
+    def place_group(self, active: str, names: list[str], chosen: dict[str, list[str]]) -> None:
+        """One copy of each of ``names`` (tasks active on ``active``; those with a copy already
+        are skipped), as :meth:`place` would, with the best spread computed once for the group
+        and the heap's top taken in place; a task that finds no place among the first few
+        entries goes to :meth:`place`."""
+        best = self.best_spread([active])
+        for name in names:
+            held = chosen[name]
+            if len(held) > 1:
+                continue
+            pid = self._take_top(best, active, name) if best is not None else None
+            if pid is None:
+                held.append(self.place(name, held))
+                best = self.best_spread([active])
+            else:
+                held.append(pid)
+
+    def _take_top(self, best: int, active: str, name: str) -> str | None:
+        """The least loaded processor under its cap, other than ``active``, whose spread from
+        ``active`` is ``best``, if one is among the first few heap entries: it takes the copy of
+        ``name`` (else None, nothing taken)."""
+        heap, load, cap, path = self.heap, self.load, self.cap, self.path
+        here = path[active]
+        skipped: list[tuple[int, int, str]] = []
+        found = None
+        while heap and len(skipped) <= 2:
+            count, rank, pid = heap[0]
+            if count != load[pid] or count >= cap[pid]:
+                heapq.heappop(heap)  # stale
+                continue
+            other = path[pid]
+            spread = common_depth(other, here) if other and here and other[0] == here[0] else 0
+            if pid != active and spread == best:
+                found = pid
+                break
+            skipped.append(heapq.heappop(heap))
+        if found is not None:
+            self.held[found].add(name)
+            count += 1
+            load[found] = count
+            if count < cap[found]:
+                heapq.heapreplace(heap, (count, rank, found))
+            else:
+                heapq.heappop(heap)
+                if count == cap[found]:
+                    self._count(found, -1)
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found
 
     def place(self, name: str, chosen: list[str]) -> str:
         """The processor for one more copy of task ``name``, whose copies are on ``chosen``."""
