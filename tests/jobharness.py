@@ -53,6 +53,7 @@ class JobHarness:
         processor_grace_ms: int = 0,
         grouper_options: dict[str, Any] | None = None,
         name: str = "clicks",
+        coordinator_options: dict[str, Any] | None = None,
     ) -> None:
         self.server = server
         self.name = name
@@ -61,6 +62,9 @@ class JobHarness:
         self.session_timeout_s = session_timeout_ms / 1000
         self.config = workdir / "job.yaml"
         options = json.dumps(grouper_options or {})
+        more = "".join(
+            f", {key}: {json.dumps(value)}" for key, value in (coordinator_options or {}).items()
+        )
         self.config.write_text(
             f"job: {{name: {name}, id: '1', run_id: r1}}\n"
             f"zookeeper: {{connect: '{server.hosts}', root: /affinity,"
@@ -69,7 +73,7 @@ class JobHarness:
             f"grouper: {{name: host-affinity, options: {options}}}\n"
             f"coordinator: {{debounce_ms: {debounce_ms}, debounce_max_ms: {debounce_max_ms},"
             f" barrier_timeout_ms: {barrier_timeout_ms},"
-            f" processor_grace_ms: {processor_grace_ms}, http_port: 0}}\n"
+            f" processor_grace_ms: {processor_grace_ms}, http_port: 0{more}}}\n"
             "logging: {format: json}\n"
         )
         self.coordinators: dict[str, Proc] = {}
@@ -94,7 +98,8 @@ class JobHarness:
         self.coordinators[name] = proc
         return proc
 
-    def start_processor(self, pid: str, location: str) -> Proc:
+    def start_processor(self, pid: str, location: str, *extra: str) -> Proc:
+        """``extra``: more ``affinity processor run`` arguments (``--capacity``, ...)."""
         status = self.workdir / f"{pid}.json"
         proc = self._spawn(
             pid,
@@ -109,6 +114,7 @@ class JobHarness:
                 location,
                 "--status-file",
                 str(status),
+                *extra,
             ],
         )
         self.processors[pid] = proc

@@ -20,7 +20,13 @@ from typing import Any
 
 import structlog
 
-from coordinator.cli.common import check_access, job_store, starting, stop_on_signals
+from coordinator.cli.common import (
+    CommandError,
+    check_access,
+    job_store,
+    starting,
+    stop_on_signals,
+)
 from coordinator.config import load_config
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.processor import ProcessorClient
@@ -102,7 +108,15 @@ class SampleTasks:
         self._event("stop", version, sorted(tasks))
 
 
+def _capacity(text: str) -> int:
+    """``--capacity``: an integer >= 1 (anything else: one line, exit 2)."""
+    if not text.isdigit() or int(text) < 1:
+        raise CommandError(f"--capacity must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
 def run_processor(args: argparse.Namespace) -> int:
+    capacity = _capacity(args.capacity)
     config = load_config(args.config)
     configure_logging(config.logging.format, config.logging.level)
     location = args.location
@@ -123,6 +137,7 @@ def run_processor(args: argparse.Namespace) -> int:
             on_stop=work.stop,
             job=f"{config.job.name}-{config.job.id}",
             duplicate_wait_s=config.zookeeper.session_timeout_ms / 1000 + 1,
+            capacity=capacity,
         )
         processor.run(stop)  # DuplicateRegistration: one line, exit 1 (common.report)
     return 0
@@ -146,4 +161,9 @@ def add_commands(subparsers: Any) -> None:
         "--location-provider", default="host", help="host, env or kubernetes (without --location)"
     )
     prun.add_argument("--status-file", default=None, help="write what runs here as JSON")
+    prun.add_argument(
+        "--capacity",
+        default="1",
+        help="how much work it takes, an integer >= 1 (default 1; balance is proportional)",
+    )
     prun.set_defaults(handler=run_processor)

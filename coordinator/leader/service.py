@@ -296,11 +296,11 @@ class CoordinatorService:
             self._watch_barrier(gained.latest.version)
         return gained
 
-    def _live_processors(self) -> dict[str, str]:
-        """Live processor -> location (counting the malformed registrations it skipped)."""
-        live = self.store.processors.locality()
+    def _membership(self) -> MembershipChanged:
+        """Live processor -> location and capacity (counting the malformed registrations)."""
+        live, capacity = self.store.processors.members()
         self.metrics.registrations_skipped.set(len(self.store.processors.skipped))
-        return live
+        return MembershipChanged(self.clock(), live, capacity)
 
     def _loop(self, core: LeaderMachine, wakeup: float | None, log: Any) -> None:
         """Feed the machine the queued events (and the time) until stopped or stepping down."""
@@ -315,7 +315,7 @@ class CoordinatorService:
             if isinstance(item, _SessionLost):
                 raise StepDown(item.reason)
             if isinstance(item, _ProcessorsChanged):
-                item = MembershipChanged(self.clock(), self._live_processors())
+                item = self._membership()
             if wakeup is not None and self.clock() >= wakeup:
                 wakeup = None
             next_wakeup = self._execute(core, core.handle(item), log)

@@ -13,7 +13,8 @@ registration expires within it) for that registration to go, running nothing; if
 
 Usage::
 
-    client = ProcessorClient(kazoo, store, "p-1", "zone-a/host-1", on_start=start, on_stop=stop)
+    client = ProcessorClient(kazoo, store, "p-1", "zone-a/host-1", on_start=start, on_stop=stop,
+                             capacity=2)   # takes twice the tasks of a capacity-1 processor
     client.run(stop_event)     # until stop_event is set
 """
 
@@ -50,6 +51,7 @@ class ProcessorClient:
         host: str | None = None,
         job: str = "",
         duplicate_wait_s: float = 10.0,
+        capacity: int = 1,
     ) -> None:
         self.processor_id = processor_id
         self.location_id = location_id
@@ -77,7 +79,9 @@ class ProcessorClient:
             duplicate_wait_s=duplicate_wait_s,
             on_refused=refused,
         )
-        self.group.add(processor_id, location_id, self.host)
+        # Registered with the processor (absent: 1); the grouper balances by it.
+        extra = {} if capacity == 1 else {"capacity": capacity}
+        self.group.add(processor_id, location_id, self.host, **extra)
         self._machine = self.group.member(processor_id)
 
     @property

@@ -117,6 +117,7 @@ class LeaderMachine:
 
     leader: bool = False
     processors: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)  # live processor id -> capacity
     task_locality: dict[str, str] = field(default_factory=dict)
     in_force: JobModel | None = None
     latest_version: int = 0
@@ -168,7 +169,7 @@ class LeaderMachine:
         if not self.leader:
             return []  # a follower (or a deposed leader's late event) decides nothing
         if isinstance(event, MembershipChanged):
-            self._membership(event.processors, event.now)
+            self._membership(event.processors, event.capacity, event.now)
         elif isinstance(event, LocalityChanged):
             self.task_locality = dict(event.task_locality)
             return []
@@ -198,6 +199,7 @@ class LeaderMachine:
         self._reset()
         self.leader = True
         self.processors = dict(event.processors)
+        self.capacity = dict(event.capacity)
         self.task_locality = dict(event.task_locality)
         self.in_force = event.in_force
         self.latest_version = max(
@@ -225,10 +227,12 @@ class LeaderMachine:
         self._note_vanished(event.now)
         return actions + self._tick(event.now)
 
-    def _membership(self, processors: Mapping[str, str], now: float) -> None:
-        if dict(processors) == self.processors:
+    def _membership(
+        self, processors: Mapping[str, str], capacity: Mapping[str, int], now: float
+    ) -> None:
+        if dict(processors) == self.processors and dict(capacity) == self.capacity:
             return
-        self.processors = dict(processors)
+        self.processors, self.capacity = dict(processors), dict(capacity)
         self._dirty(now)
         self._note_vanished(now)
 
@@ -316,7 +320,7 @@ class LeaderMachine:
         )
 
     def _metadata(self) -> GrouperMetadata:
-        return grouper_metadata(self.in_force, self.eligible, self.task_locality)
+        return grouper_metadata(self.in_force, self.eligible, self.task_locality, self.capacity)
 
     def _due(self, now: float) -> float | None:
         """When the dirty job should be rebalanced (None: it is not dirty), grace included."""

@@ -5,7 +5,7 @@ returns. Plain frozen data, no behaviour."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from coordinator.protocol.leader_trigger import RebalanceCause, Trigger
@@ -76,6 +76,7 @@ class LeadershipGained:
     latest_barrier: BarrierState | None = None
     latest_participants: frozenset[str] = frozenset()
     in_force: JobModel | None = None
+    capacity: Mapping[str, int] = field(default_factory=dict)  # live processor id -> capacity
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class LeadershipLost:
 class MembershipChanged:
     now: float
     processors: Mapping[str, str]  # live processor id -> location id
+    capacity: Mapping[str, int] = field(default_factory=dict)  # absent: 1
 
 
 @dataclass(frozen=True)

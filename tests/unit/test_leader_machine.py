@@ -398,6 +398,29 @@ def test_debounce_waits_for_quiet_but_never_beyond_the_cap() -> None:
     assert any(isinstance(a, RunGrouper) for a in core.handle(TimePassed(5.0)))
 
 
+def test_the_grouper_is_given_each_eligible_processor_capacity() -> None:
+    core = leader({"p-0": "h"}, debounce_s=0.5)
+    core.handle(MembershipChanged(0.0, {"p-0": "h", "p-1": "h"}, {"p-0": 3, "gone": 2}))
+    core.handle(TimePassed(1.0))
+    request = core.last_request
+    assert request is not None
+    assert dict(request.metadata.processor_capacity) == {"p-0": 3}
+    # A processor registering again with another capacity (same location) is a change.
+    actions = core.handle(
+        GrouperFinished(
+            1.0, request.request, HostAffinityGrouper().group(request.tasks, request.metadata)
+        )
+    )
+    published = next(a for a in actions if isinstance(a, PublishJobModel))
+    assert len(published.model.containers["p-0"].tasks) == 3 * len(TASKS) // 4
+    core.handle(Published(1.0, published.model.version))
+    core.handle(BarrierUpdated(1.5, published.model.version, frozenset({"p-0", "p-1"})))
+    core.handle(MembershipChanged(2.0, {"p-0": "h", "p-1": "h"}, {"p-0": 3, "p-1": 3}))
+    core.handle(TimePassed(3.0))
+    assert core.last_request is not request and core.last_request is not None
+    assert dict(core.last_request.metadata.processor_capacity) == {"p-0": 3, "p-1": 3}
+
+
 def test_barrier_done_only_when_every_expected_processor_joined() -> None:
     core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0)
     published = run_to_publish(core, 0.0)
