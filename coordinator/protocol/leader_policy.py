@@ -171,6 +171,7 @@ class PendingBarrier:
     deadline: float
     published_at: float
     joined: frozenset[str] = frozenset()
+    settled: bool = True  # the grouper's fixed point (coordinator.protocol.leader_probing)
 
 
 def task_locations(model: JobModel) -> dict[str, str]:
