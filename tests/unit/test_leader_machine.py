@@ -361,7 +361,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
             containers = RaisingIterable()
         else:
             containers = "nonsense"
-        stale = dict(request.metadata.processor_locality) != self.live
+        eligible = {p: loc for p, loc in self.live.items() if p not in self.benched}
+        stale = dict(request.metadata.processor_locality) != eligible
         again = other_answer(containers) if recheck == "other" else None
         if recheck == "other" and again is None:
             recheck = "same"  # one processor: no other answer
@@ -383,6 +384,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert self.failed_this_step or stale
             assert not self.published_this_step
             assert self.core.in_force == self.in_force_before
+
+    @precondition(lambda self: self.core.leader)
+    @rule(recheck=st.sampled_from(["same", "other", "none"]))
+    def a_whole_rebalance(self, recheck: str) -> None:
+        """Time enough to rebalance (or probe), a good answer, everyone joins: so that models
+        reach DONE often enough for probing to be explored."""
+        self.time_passes(SETTINGS.debounce_max_s + SETTINGS.probing_interval_s)
+        if self.outstanding is not None:
+            self.grouper_answers("good", recheck)
+        if self.store.latest() is not None:
+            self.processors_join_the_barrier(True)
 
     # ------------------------------------------------------------------------ invariants
 
