@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import structlog.testing
+from kazoo.client import KazooClient
 
+from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 
@@ -93,3 +97,15 @@ def test_a_write_racing_a_removal_is_retried(zk_store: ZkMetadataStore) -> None:
     assert len(calls) == 2
     assert [e["event"] for e in logs].count("zk.standby_lag_write_conflict") == 1
     assert lag.read() == {"p-1": {"a": 2}}
+
+
+def test_the_reports_go_with_the_writers_session(
+    zk_store: ZkMetadataStore, zk_connect: Callable[..., KazooClient], zk_server: ZooKeeperServer
+) -> None:
+    zk_store.ensure_layout()
+    client = zk_connect(zk_server.hosts)
+    writer = ZkMetadataStore(client, zk_store.layout.folder, run_id=zk_store.run_id)
+    writer.standby_lag.write("p-1", {"a": 3})
+    assert zk_store.standby_lag.read() == {"p-1": {"a": 3}}
+    client.stop()  # the session ends: its ephemeral entries go
+    assert zk_store.standby_lag.read() == {}

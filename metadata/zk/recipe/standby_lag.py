@@ -1,6 +1,9 @@
 """Standby lag reports: ``standbyLag/<processor id>/<task name>`` = the lag of that processor's
 copy of the task's state (decimal text; 0 = caught up), both names URL-encoded.
 
+The entries are ephemeral: they go with the session of the processor that wrote them, so a
+processor that dies leaves no report behind (its folder stays, empty, for its next life).
+
 A processor writes the entries of the standby replicas it holds; nothing else writes there. The
 writes are differential, as task locality's are: :meth:`StandbyLagStore.write` reads the stored
 value of each given task and writes only the entries that differ (a create for a new one, a
@@ -146,7 +149,7 @@ class StandbyLagStore:
         for path, data in wanted.items():
             entry = current.get(path)
             if entry is None:
-                ops.append(Op("create", path, data))
+                ops.append(Op("create", path, data, ephemeral=True))
             elif entry[0] != data:
                 ops.append(Op("set", path, data, version=entry[1].version))
         written = 0
