@@ -5,7 +5,8 @@ thread); the group's thread writes the reports (:meth:`StandbyLagReports.flush`)
 store's differential write, so a report that changes nothing writes nothing, and many reports
 made between two flushes go in one batch (the last one per task wins). Only copies the member
 holds are written: a report for a standby stopped meanwhile is dropped, and a stopped standby's
-entry is removed. A member registering clears what an earlier life of its processor left.
+entry is removed. A member registering clears what an earlier life of its processor left (an
+earlier session not expired yet).
 
 A write that fails (ZooKeeper unreachable for longer than the store retries) is logged and its
 reports kept for the next flush (the next report asks for one); it never stops the member. A
@@ -61,7 +62,12 @@ class StandbyLagReports:
         with self._lock:
             self._held[processor_id] = set()
             self._pending.pop(processor_id, None)
-        self._store.standby_lag.clear(processor_id)
+        try:  # (best effort: the entries are ephemeral, an earlier session's go with it)
+            self.writes += self._store.standby_lag.clear(processor_id)
+        except (MetadataError, KazooException) as exc:
+            self._log.warning(
+                "processor.standby_lag_clear_failed", processor=processor_id, error=repr(exc)
+            )
 
     def started(self, processor_id: str, tasks: Collection[str]) -> None:
         with self._lock:

@@ -204,7 +204,11 @@ def test_standby_lag_reports_are_written_only_when_they_change(
     thread = threading.Thread(target=processor.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        job.wait_for(lambda: len(processor.standbys) == 3, 30, "b to keep three standbys")
+        job.wait_for(
+            lambda: len(processor.standbys) == 3 and set(kept) == set(processor.standbys),
+            30,
+            "b to keep three standbys",
+        )
         names = sorted(processor.standbys)
         assert set(kept) == set(names)
         reports = processor.group.standby_lag
