@@ -43,7 +43,7 @@ def test_processors_get_tasks_in_proportion_to_their_registered_capacity(
     job.start_coordinator("coordinator-0")
     job.start_processor("big", "host-a", "--capacity", "3")
     job.start_processor("small", "host-b")
-    job.wait_for(job.settled, 30, "the first job model to settle")
+    job.wait_for(job.settled, 60, "the first job model to settle")
     model = job.done_model()
     assert model is not None
     assert {pid: len(c.tasks) for pid, c in model.containers.items()} == {"big": 9, "small": 3}
@@ -102,7 +102,7 @@ def test_a_warm_up_completes_through_probing_rebalances(job_factory: type[JobHar
     job.start_coordinator("coordinator-0")
     job.start_processor("a", "host-a")
     job.start_processor("b", "host-b")
-    job.wait_for(job.settled, 30, "the first job model to settle")
+    job.wait_for(job.settled, 60, "the first job model to settle")
     first = job.done_model()
     assert first is not None
 
@@ -143,7 +143,7 @@ def test_the_movement_limit_holds_over_a_scale_out(job_factory: type[JobHarness]
     job.start_coordinator("coordinator-0")
     job.start_processor("a", "host-a")
     job.start_processor("b", "host-b")
-    job.wait_for(job.settled, 30, "the first job model to settle")
+    job.wait_for(job.settled, 60, "the first job model to settle")
     start = job.done_model()
     assert start is not None
 
