@@ -9,7 +9,9 @@ min-cost flow), max - min tasks per processor, and the median wall time of one r
 
 Groupers, all in the same run:
 
-- ``host-affinity`` (ours) and ``round-robin`` through ``groupers.get_grouper``;
+- ``host-affinity`` (ours), also with ``standby_replicas=1`` (its actives are the same; the
+  time includes placing a standby per task), and ``round-robin`` through
+  ``groupers.get_grouper``;
 - kafka-python's sticky assignor (``StickyAssignmentExecutor``, driven without a broker: tasks
   are the partitions of one topic, processors the members, each member's previous partitions
   its user data). It is slow (seconds at T=10k, minutes at T=100k), so it runs every
@@ -303,6 +305,13 @@ QUICK = Plan([(1_000, 20)], [1, 10], rolling_sample=3, memory=(20_000, 200), qui
 def contenders(plan: Plan) -> list[Contender]:
     return [
         Contender("host-affinity", get_grouper("host-affinity"), True, False, 5),
+        Contender(
+            "host-affinity standby_replicas=1",
+            get_grouper("host-affinity", standby_replicas=1),
+            True,
+            False,
+            3,
+        ),
         Contender("kafka sticky", KafkaStickyGrouper(), True, True, 1),
         Contender("hash ring", HashRingGrouper(), False, True, 3),
         Contender("round-robin", get_grouper("round-robin"), False, True, 3),

@@ -142,6 +142,10 @@ class GrouperSection(_Section):
     timeout_ms: Int = Field(default=30000, ge=1)
 
 
+#: Bounds of ``coordinator.probing_rebalance_interval_ms`` (besides 0: no probing).
+PROBING_MIN_MS, PROBING_MAX_MS = 100, 86_400_000
+
+
 class CoordinatorSection(_Section):
     debounce_ms: Int = Field(default=2000, ge=0)
     # A stream of membership changes cannot postpone a rebalance beyond this (SAMZA-2633).
@@ -154,8 +158,18 @@ class CoordinatorSection(_Section):
     history: Int = Field(default=50, ge=1, le=1000)
     # A model that would stop every task of the model in force is refused unless this is true.
     allow_dropping_all_tasks: bool = False
+    # While the model in force is not the grouper's final answer (warm-up replicas catching up,
+    # moves held back by max_moves_per_rebalance), rebalance again this often (0: never).
+    probing_rebalance_interval_ms: Int = Field(default=600000, ge=0, le=PROBING_MAX_MS)
     http_host: str = "0.0.0.0"
     http_port: Int = Field(default=8080, ge=0, le=65535)
+
+    @field_validator("probing_rebalance_interval_ms")
+    @classmethod
+    def _probing_off_or_at_least_the_minimum(cls, value: int) -> int:
+        if 0 < value < PROBING_MIN_MS:
+            raise ValueError(f"must be 0 (no probing) or at least {PROBING_MIN_MS}")
+        return value
 
 
 class StateSection(_Section):

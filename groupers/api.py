@@ -62,7 +62,11 @@ class GrouperMetadata:
     - ``task_locality``: task name -> location id it last ran at (this run id only);
     - ``previous_task_to_processor``: task name -> processor id in the job model in force;
     - ``previous_task_to_ssps``: task name -> its stream partitions in that model (for virtual
-      tasks that split or merge).
+      tasks that split or merge);
+    - ``processor_capacity``: live processor id -> its capacity, an integer >= 1 (absent: 1);
+      balance is proportional to it;
+    - ``task_state``: task name -> {processor id: lag} for every processor holding a copy of the
+      task's state (0 = caught up): where standbys stay and where a lost task fails over to.
     """
 
     processor_locality: Mapping[str, str]
@@ -71,6 +75,8 @@ class GrouperMetadata:
     previous_task_to_ssps: Mapping[str, frozenset[SystemStreamPartition]] = field(
         default_factory=lambda: FrozenMap()
     )
+    processor_capacity: Mapping[str, int] = field(default_factory=lambda: FrozenMap())
+    task_state: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: FrozenMap())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "processor_locality", _frozen(self.processor_locality))
@@ -81,6 +87,27 @@ class GrouperMetadata:
         ssps = self.previous_task_to_ssps
         if not isinstance(ssps, FrozenMap):
             object.__setattr__(self, "previous_task_to_ssps", FrozenMap(ssps))
+        for pid, capacity in self.processor_capacity.items():
+            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+                raise GrouperError(
+                    f"processor_capacity of {pid!r} must be an integer >= 1, got {capacity!r}"
+                )
+        if not isinstance(self.processor_capacity, FrozenMap):
+            object.__setattr__(self, "processor_capacity", FrozenMap(self.processor_capacity))
+        if not isinstance(self.task_state, FrozenMap) or not all(
+            isinstance(copies, FrozenMap) for copies in self.task_state.values()
+        ):
+            frozen = {name: _frozen_lags(copies) for name, copies in self.task_state.items()}
+            object.__setattr__(self, "task_state", FrozenMap(frozen))
+
+    def capacity(self, processor_id: str) -> int:
+        """The processor's capacity (1 unless ``processor_capacity`` says otherwise)."""
+        capacity: int = self.processor_capacity.get(processor_id, 1)
+        return capacity
+
+
+def _frozen_lags(copies: Mapping[str, int]) -> Mapping[str, int]:
+    return copies if isinstance(copies, FrozenMap) else FrozenMap(copies)
 
 
 @runtime_checkable
@@ -108,7 +135,9 @@ def validate(
 
     Valid means: a collection of ContainerModel, exactly one per live processor and none for any
     other, each carrying its processor's location id, and every requested task assigned exactly
-    once, unchanged, with no task that was not asked for.
+    once, unchanged, with no task that was not asked for. Standby replicas (``standby_tasks``), if
+    any, are requested tasks, unchanged, never on their task's active processor (so never two
+    copies of a task on one processor).
     """
     problems: list[str] = []
     if not isinstance(containers, Collection) or isinstance(containers, str | bytes | Mapping):
@@ -143,6 +172,7 @@ def validate(
                 problems.append(f"task {name!r} on {pid!r} was not asked for")
             elif task != wanted[name]:
                 problems.append(f"task {name!r} on {pid!r} differs from the requested TaskModel")
+    problems.extend(_standby_problems(containers, wanted, owner))
     for pid, count in sorted(seen_processors.items()):
         if count > 1:
             problems.append(f"processor {pid!r} has {count} containers")
@@ -155,6 +185,25 @@ def validate(
         problems.append(f"task(s) not assigned: {shown}{more}")
     if problems:
         raise InvalidAssignment(problems)
+
+
+def _standby_problems(
+    containers: Collection[object], wanted: Mapping[str, TaskModel], owner: Mapping[str, str]
+) -> list[str]:
+    """What is wrong with the standby replicas of an answer (none if it has none)."""
+    problems: list[str] = []
+    for container in containers:
+        if not isinstance(container, ContainerModel) or not container.standby_tasks:
+            continue
+        pid = container.processor_id
+        for name, task in container.standby_tasks.items():
+            if name not in wanted:
+                problems.append(f"standby of task {name!r} on {pid!r} was not asked for")
+            elif task != wanted[name]:
+                problems.append(f"standby of task {name!r} on {pid!r} differs from the TaskModel")
+            elif owner.get(name) == pid:
+                problems.append(f"task {name!r} has a standby on its active processor {pid!r}")
+    return problems
 
 
 def tasks_by_name(tasks: Collection[TaskModel]) -> dict[str, TaskModel]:
@@ -171,13 +220,18 @@ def build_containers(
     assignment: Mapping[str, list[str]],
     by_name: Mapping[str, TaskModel],
     processor_locality: Mapping[str, str],
+    standbys: Mapping[str, list[str]] | None = None,
 ) -> set[ContainerModel]:
-    """One ContainerModel per processor of ``assignment`` (task lists sorted by name)."""
+    """One ContainerModel per processor of ``assignment`` (task lists sorted by name), with the
+    standby replicas of ``standbys`` (processor id -> task names) if given."""
     return {
         ContainerModel(
             pid,
             processor_locality[pid],
             FrozenMap({name: by_name[name] for name in sorted(names)}),
+            FrozenMap({name: by_name[name] for name in sorted(standbys.get(pid, ()))})
+            if standbys
+            else FrozenMap(),
         )
         for pid, names in assignment.items()
     }

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from groupers.api import GrouperMetadata
 from groupers.locations import Path, location_path
+from groupers.measures import balance_bounds
 
 __all__ = [
     "Assignment",
@@ -65,11 +66,12 @@ class Candidate(NamedTuple):
     name: str
     processor_id: str
     is_local: bool  # recorded at its processor's exact location
+    order: int = 0  # rank in the spread order (groupers.spread), 0 when that is name order
 
-    def shed_order(self) -> tuple[bool, int, str, str]:
+    def shed_order(self) -> tuple[bool, int, int, str, str]:
         """Non-local first (shedding them never costs an exact location), then the least
-        close to their own processor."""
-        return (self.is_local, self.closeness, self.name, self.processor_id)
+        close to their own processor, then in spread order."""
+        return (self.is_local, self.closeness, self.order, self.name, self.processor_id)
 
 
 class Node:
@@ -117,8 +119,8 @@ class Assignment:
     """One assignment in progress; see :func:`groupers.host_affinity.assign`."""
 
     processors: list[str]  # live processor ids, sorted
-    lower: int  # fewest tasks a processor may end with
-    upper: int  # most tasks a processor may end with
+    lower: dict[str, int]  # live processor -> fewest tasks it may end with
+    upper: dict[str, int]  # live processor -> most tasks it may end with
     processor_path: dict[str, Path]  # live processor -> its location path
     kept: dict[str, list[str]]  # live processor -> its previous tasks (name order)
     orphans: list[str]  # tasks with no live previous processor (new, or theirs is gone)
@@ -130,18 +132,24 @@ class Assignment:
     lossy_forced: dict[str, int] = field(default_factory=dict)  # forced sheds that must lose
     given_up: set[str] = field(default_factory=set)  # previous tasks that leave
     placed: dict[str, list[str]] = field(default_factory=dict)  # processor -> tasks it gains
+    rank: dict[str, int] | None = None  # task -> rank in the spread order (None: name order)
     _paths: dict[str, Path] = field(default_factory=dict)
 
     @classmethod
     def start(
-        cls, task_names: Collection[str], metadata: GrouperMetadata, balance_slack: int
+        cls,
+        task_names: Collection[str],
+        metadata: GrouperMetadata,
+        balance_slack: int,
+        order: list[str] | None = None,
     ) -> Assignment:
         """Balance bounds, and every task either kept by its live previous processor or an
-        orphan (budgets are set by the caller)."""
+        orphan (budgets are set by the caller). ``order``: the task names in spread order
+        (:func:`groupers.spread.spread_order`; None: name order)."""
         locations = metadata.processor_locality
         processors = sorted(locations)
-        names = sorted(set(task_names))
-        total, count = len(names), len(processors)
+        names = order if order is not None else sorted(set(task_names))
+        total = len(names)
         previous = metadata.previous_task_to_processor
         kept: dict[str, list[str]] = {pid: [] for pid in processors}
         orphans: list[str] = []
@@ -151,19 +159,29 @@ class Assignment:
                 kept[owner].append(name)
             else:
                 orphans.append(name)
+        lower, upper = balance_bounds(processors, total, metadata, balance_slack)
         state = cls(
             processors,
-            lower=max(0, total // count - balance_slack),
-            upper=-(-total // count) + balance_slack,
+            lower=lower,
+            upper=upper,
             processor_path={},
             kept=kept,
             orphans=orphans,
             placed={pid: [] for pid in processors},
+            rank={name: rank for rank, name in enumerate(order)} if order is not None else None,
         )
         state.processor_path = {pid: state.path_of(locations[pid]) for pid in processors}
         return state
 
     # ------------------------------------------------------------------------ predicates
+
+    def task_key(self) -> Callable[[str], object] | None:
+        """The sort key of task names in spread order (None: name order)."""
+        return self.rank.__getitem__ if self.rank is not None else None
+
+    def order_of(self, name: str) -> int:
+        """The task's rank in the spread order (0 when that is name order)."""
+        return self.rank[name] if self.rank is not None else 0
 
     def path_of(self, location: str | None) -> Path:
         """The location's path (cached: many tasks share a location)."""
@@ -351,17 +369,21 @@ class Assignment:
 
 
 def sweep(
-    nodes: defaultdict[Path, Node], visit: Callable[[Node, int], None], rise: bool = True
+    nodes: defaultdict[Path, Node],
+    visit: Callable[[Node, int], None],
+    rise: bool = True,
+    key: Callable[[str], object] | None = None,
 ) -> Node:
     """Visit nodes deepest first, passing leftovers up (unless ``rise`` is false: then each node
-    is visited with only its own items); return the root with what is left."""
+    is visited with only its own items); return the root with what is left. Tasks are taken
+    in ``key`` order (spread order; None: name order)."""
     for path in list(nodes):
         for depth in range(len(path)):
             nodes[path[:depth]]  # create the ancestors
     for path in sorted(nodes, key=lambda p: (-len(p), p)):
         node = nodes[path]
         # Reverse order: fill() consumes from the end, so the smallest names/ids go first.
-        node.tasks.sort(reverse=True)
+        node.tasks.sort(key=key, reverse=True)  # type: ignore[arg-type]
         node.mandatory.sort(key=_by_processor, reverse=True)
         node.optional.sort(key=_by_processor, reverse=True)
         visit(node, len(path))

@@ -7,7 +7,8 @@ Priorities, strictly in this order (DESIGN.md "Grouper contract"):
 
 1. **Balance.** With T tasks and P live processors every processor ends with ``floor(T/P)`` or
    ``ceil(T/P)`` tasks; the option ``balance_slack=k`` widens that to
-   ``[floor(T/P) - k, ceil(T/P) + k]``.
+   ``[floor(T/P) - k, ceil(T/P) + k]``. With ``GrouperMetadata.processor_capacity`` the bounds
+   are per processor: floor and ceil of ``T * cap(p) / sum(cap)`` (all 1: the same as above).
 2. **Stickiness.** As few tasks as possible change processor. Every processor keeps
    ``min(previous tasks, upper bound)`` of its previous tasks. The tasks that must move are the
    *orphans* (previous processor gone, or new tasks) and the *mandatory sheds* (a processor above
@@ -25,8 +26,12 @@ Priorities, strictly in this order (DESIGN.md "Grouper contract"):
    ones so the optional budget is spent where it buys locality. A processor that must shed
    gives up first the tasks whose recorded location is farthest from it (keeping one whose
    state is not there buys nothing).
-4. **Determinism.** Every choice is made in sorted order of task names, processor ids and
-   location paths, never in hash or input order, so the output depends only on the inputs
+4. **Spread.** Among equally good tasks, choices follow the spread order
+   (:func:`groupers.spread.spread_order`: streams dealt round-robin), so every processor of a
+   fresh or rebalanced assignment gets a share of every stream; name order when all tasks read
+   the same streams.
+5. **Determinism.** Every choice is made in sorted order of tasks (spread order), processor ids
+   and location paths, never in hash or input order, so the output depends only on the inputs
    (invariant I6).
 
 Code map
@@ -39,7 +44,9 @@ bounds, budgets, the location tree, what is kept, placed and given up), as Kafka
 1. *budgets* (:func:`_budgets`): the balance bounds, and the budget of optional slots or of
    optional sheds (priority 2);
 2. *keep* (:func:`_keep`): what every processor keeps, what it must shed (forced) or may shed
-   (optional), all laid out on the location tree;
+   (optional), all laid out on the location tree; then (2b) *failover*
+   (:func:`groupers.failover.fail_over_to_copies`): tasks whose processor is gone take the room
+   of processors holding a caught-up copy of their state (``task_state``; nothing without it);
 3. *forced sheds* (:func:`_place_at_exact_locations`): moving tasks at their exact locations,
    then forced sheds matched exactly to the room at their tasks' locations
    (:func:`groupers.matching.max_flow_bipartite`), then the sheds that gain locality;
@@ -48,6 +55,13 @@ bounds, budgets, the location tree, what is kept, placed and given up), as Kafka
 5. *locality placement* (:func:`_place_by_locality`): pass A, everything rises through the
    tree taking the room nearest its location; pass B places the rest losing as little as
    possible (sheds that lose nothing, then the nearest lossy ones, then anything).
+
+After :func:`assign`, :meth:`HostAffinityGrouper.group` places the standby replicas
+(``standby_replicas``, :func:`groupers.standby.place_standbys`), which never change the actives.
+Before them, :func:`groupers.holdback.hold_back` holds balance moves back: warm-up
+(``max_warmup_replicas``: a move to a processor with no caught-up copy waits for a warm-up
+replica) and the movement limit (``max_moves_per_rebalance``); with both at their defaults it
+does not run.
 
 The moves every phase is made of (fill room, shed, sweep the tree) and the named predicates are
 in :mod:`groupers.assignment`; the shed policies of phases 3 to 5 in :mod:`groupers.sheds`.
@@ -60,7 +74,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from groupers.api import GrouperError, GrouperMetadata, build_containers, tasks_by_name
 from groupers.assignment import (
@@ -72,8 +86,12 @@ from groupers.assignment import (
     loses_nothing,
     sweep,
 )
+from groupers.failover import fail_over_to_copies
+from groupers.holdback import HoldBack, hold_back
 from groupers.locations import common_depth
 from groupers.sheds import LossySheds, ZeroLossLocal, forced_sheds_matched
+from groupers.spread import spread_order
+from groupers.standby import place_standbys
 from groupers.virtual import inherit_locality, needs_inheritance
 from metadata.model import ContainerModel, TaskModel
 
@@ -85,12 +103,21 @@ class HostAffinityGrouper:
     """The default TaskNameGrouper: previous processor, else same location, else nearest."""
 
     balance_slack: int = 0
+    standby_replicas: int = 0
+    max_warmup_replicas: int = 0
+    acceptable_recovery_lag: int = 0
+    max_moves_per_rebalance: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.balance_slack, bool) or not isinstance(self.balance_slack, int):
-            raise GrouperError(f"balance_slack must be an integer, got {self.balance_slack!r}")
-        if self.balance_slack < 0:
-            raise GrouperError(f"balance_slack must be >= 0, got {self.balance_slack}")
+        for option in (
+            "balance_slack",
+            "standby_replicas",
+            "max_warmup_replicas",
+            "acceptable_recovery_lag",
+        ):
+            _check_count(option, getattr(self, option), 0)
+        if self.max_moves_per_rebalance is not None:
+            _check_count("max_moves_per_rebalance", self.max_moves_per_rebalance, 1)
 
     def group(self, tasks: Collection[TaskModel], metadata: GrouperMetadata) -> set[ContainerModel]:
         by_name = tasks_by_name(tasks)
@@ -106,18 +133,57 @@ class HostAffinityGrouper:
                 metadata.previous_task_to_ssps,
                 metadata.previous_task_to_processor,
             )
-            metadata = GrouperMetadata(
-                metadata.processor_locality, locality, previous, metadata.previous_task_to_ssps
+            metadata = replace(
+                metadata, task_locality=locality, previous_task_to_processor=previous
             )
-        assignment = assign(list(by_name), metadata, balance_slack=self.balance_slack)
-        return build_containers(assignment, by_name, metadata.processor_locality)
+        order = spread_order(by_name.values())
+        assignment = assign(
+            list(by_name),
+            metadata,
+            order=order,
+            balance_slack=self.balance_slack,
+            acceptable_recovery_lag=self.acceptable_recovery_lag,
+        )
+        return self._finish(assignment, by_name, metadata, order)
+
+    def _finish(
+        self,
+        assignment: dict[str, list[str]],
+        by_name: dict[str, TaskModel],
+        metadata: GrouperMetadata,
+        order: list[str] | None,
+    ) -> set[ContainerModel]:
+        """Hold balance moves back (warm-up, movement limit), then place the standbys; a
+        warm-up replica is a standby on its task's target."""
+        options = HoldBack(
+            self.max_warmup_replicas, self.acceptable_recovery_lag, self.max_moves_per_rebalance
+        )
+        warmups: dict[str, list[str]] = {}
+        if options.active and metadata.processor_locality:
+            rank = {name: i for i, name in enumerate(order)} if order is not None else None
+            assignment, warmups = hold_back(assignment, metadata, options, rank)
+        standbys = place_standbys(assignment, metadata, self.standby_replicas)
+        for pid, names in warmups.items():
+            if names:
+                standbys[pid] = sorted(set(standbys[pid]).union(names))
+        return build_containers(assignment, by_name, metadata.processor_locality, standbys)
+
+
+def _check_count(option: str, value: object, least: int) -> None:
+    """An option that is a count: an integer >= ``least`` (the message names the option)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GrouperError(f"{option} must be an integer, got {value!r}")
+    if value < least:
+        raise GrouperError(f"{option} must be >= {least}, got {value}")
 
 
 def assign(
     task_names: Collection[str],
     metadata: GrouperMetadata,
     *,
+    order: list[str] | None = None,
     balance_slack: int = 0,
+    acceptable_recovery_lag: int = 0,
 ) -> dict[str, list[str]]:
     """Processor id -> task names, by the priorities of the module docstring.
 
@@ -127,9 +193,11 @@ def assign(
     if not metadata.processor_locality:
         return {}
     # ---------------------------------------------------------------- 1. budgets
-    state = _budgets(task_names, metadata, balance_slack)
+    state = _budgets(task_names, metadata, balance_slack, order)
     # ---------------------------------------------------------------- 2. keep
     _keep(state, metadata)
+    # ---------------------------------------------------------------- 2b. failover to copies
+    fail_over_to_copies(state, metadata, acceptable_recovery_lag)
     # ---------------------------------------------------------------- 3. forced sheds
     _place_at_exact_locations(state)
     # ---------------------------------------------------------------- 4. optional sheds
@@ -143,17 +211,20 @@ def assign(
 
 
 def _budgets(
-    task_names: Collection[str], metadata: GrouperMetadata, balance_slack: int
+    task_names: Collection[str],
+    metadata: GrouperMetadata,
+    balance_slack: int,
+    order: list[str] | None = None,
 ) -> Assignment:
     """Bounds, kept and orphaned tasks, and the budgets: every processor keeps
     ``min(previous tasks, upper)``; the surplus of moving tasks over the room below the lower
     bound goes to optional slots, or the shortfall is made up by optional sheds (exactly one of
     the two budgets is non-zero, or both are zero)."""
-    state = Assignment.start(task_names, metadata, balance_slack)
+    state = Assignment.start(task_names, metadata, balance_slack, order)
     upper, lower = state.upper, state.lower
-    keeping = {pid: min(len(tasks), upper) for pid, tasks in state.kept.items()}
+    keeping = {pid: min(len(tasks), upper[pid]) for pid, tasks in state.kept.items()}
     moving = len(state.orphans) + sum(len(state.kept[p]) - keeping[p] for p in state.processors)
-    mandatory = sum(max(0, lower - keeping[pid]) for pid in state.processors)
+    mandatory = sum(max(0, lower[pid] - keeping[pid]) for pid in state.processors)
     state.optional_budget = max(0, moving - mandatory)
     state.supply_budget = max(0, mandatory - moving)
     return state
@@ -169,8 +240,8 @@ def _keep(state: Assignment, metadata: GrouperMetadata) -> None:
     task_locality = metadata.task_locality
     for name in state.orphans:
         state.nodes[state.path_of(task_locality.get(name))].tasks.append(name)
-    lower, upper = state.lower, state.upper
     for pid in state.processors:
+        lower, upper = state.lower[pid], state.upper[pid]
         node = state.nodes[state.processor_path[pid]]
         have = min(len(state.kept[pid]), upper)
         if have < lower:
@@ -190,6 +261,7 @@ def _candidates(
     local tasks that move for certain), and at most ``optional`` optional ones."""
     here = state.processor_path[pid]
     nodes, path_of, keeps_location = state.nodes, state.path_of, state.keeps_location
+    order_of = state.order_of
     node = nodes[here]
     local: list[str] = []
     for name in state.kept[pid]:
@@ -197,7 +269,9 @@ def _candidates(
         if keeps_location(where, pid):
             local.append(name)
         else:
-            nodes[where].candidates.append(Candidate(common_depth(where, here), name, pid, False))
+            nodes[where].candidates.append(
+                Candidate(common_depth(where, here), name, pid, False, order_of(name))
+            )
     non_local = len(state.kept[pid]) - len(local)
     # Sheds beyond the non-local tasks must give up local ones: they move for certain, so they
     # join the moving tasks at this location (the last names go).
@@ -214,7 +288,8 @@ def _candidates(
         # Local tasks are interchangeable here and at most ``optional`` of them can go.
         depth = len(here)
         node.candidates.extend(
-            Candidate(depth, name, pid, True) for name in local[len(local) - optional :]
+            Candidate(depth, name, pid, True, order_of(name))
+            for name in local[len(local) - optional :]
         )
 
 
@@ -227,14 +302,16 @@ def _place_at_exact_locations(state: Assignment) -> None:
     processor's quota, several locations; one location, several processors), then every node's
     sheds that gain locality, each node with only its own items."""
 
+    key = state.task_key()
+
     def movers_only(node: Node, depth: int) -> None:
         if depth:
             state.place_movers(node)
 
-    sweep(state.nodes, movers_only, rise=False)
+    sweep(state.nodes, movers_only, rise=False, key=key)
     if state.must_shed:
         forced_sheds_matched(state)
-    sweep(state.nodes, state.gain, rise=False)
+    sweep(state.nodes, state.gain, rise=False, key=key)
 
 
 # ------------------------------------------------------------------------ 4. optional sheds
@@ -256,7 +333,7 @@ def _zero_loss_optional_sheds(state: Assignment) -> None:
     }
     phase = ZeroLossLocal(state, reserved, state.supply_budget - sum(reserved.values()))
     if phase.shortfall > 0:
-        sweep(state.nodes, phase.visit, rise=False)
+        sweep(state.nodes, phase.visit, rise=False, key=state.task_key())
 
 
 # ------------------------------------------------------------------------ 5. locality placement
@@ -267,9 +344,14 @@ def _place_by_locality(state: Assignment) -> None:
     as that gains locality. Pass B places what is left, losing as little as possible: a
     candidate stands at the part of its location it shares with its own processor (what it can
     keep), slots at their processors, tasks with nowhere near to go at the root."""
-    root = sweep(state.nodes, state.gain)
+    key = state.task_key()
+    root = sweep(state.nodes, state.gain, key=key)
     # B1: sheds that lose nothing: the room shares with the task all its processor did.
-    root = sweep(state.positioned(root), lambda node, depth: state.shed(node, loses_nothing, depth))
+    root = sweep(
+        state.positioned(root),
+        lambda node, depth: state.shed(node, loses_nothing, depth),
+        key=key,
+    )
     layout = state.positioned(root)
     lossy = LossySheds.count(state, layout[()])
     # B2: the sheds that must lose, nearest first (deepest common node with some room): first
@@ -277,8 +359,8 @@ def _place_by_locality(state: Assignment) -> None:
     for local_ones in (False, True):
         if any(state.lossy_forced.values()) or lossy.supply:
             lossy.local_ones = local_ones
-            layout = state.positioned(sweep(layout, lossy.visit))
-    root = sweep(layout, lambda node, depth: None)
+            layout = state.positioned(sweep(layout, lossy.visit, key=key))
+    root = sweep(layout, lambda node, depth: None, key=key)
     # B3: what is left has nothing to lose: sheds first (forced ones, then optional), then the
     # tasks that must move, to whatever room remains.
     state.shed(root, anything, 0)

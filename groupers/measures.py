@@ -8,7 +8,8 @@ benchmarks and the examples count with them. An *assignment* is a mapping task -
   one (a task with no previous processor counts, unless told otherwise);
 - :func:`tasks_kept_local`: tasks placed on a processor at the location they last ran at;
   :func:`tasks_with_locality`: tasks that have such a location at all (the denominator);
-- :func:`movement_lower_bound`: the fewest tasks any balanced answer must move.
+- :func:`movement_lower_bound`: the fewest tasks any balanced answer must move;
+- :func:`balance_bounds`: each processor's fewest and most tasks (by capacity, with slack).
 
 Pure: imports only the grouper contract and the data model.
 """
@@ -24,6 +25,7 @@ from metadata.model import ContainerModel, TaskModel
 
 __all__ = [
     "balance",
+    "balance_bounds",
     "movement_lower_bound",
     "moved_tasks",
     "owners",
@@ -143,3 +145,20 @@ def movement_lower_bound(
         target = floor + 1 if rank < extra else floor
         shed += max(0, count - target)
     return orphans + shed
+
+
+def balance_bounds(
+    processors: list[str], total: int, metadata: GrouperMetadata, balance_slack: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Each processor's balance bounds: floor and ceil of ``total * cap(p) / sum(cap)`` (all
+    capacities 1: ``T // P`` and ``ceil(T / P)``), widened by ``balance_slack``."""
+    capacity = metadata.capacity
+    caps = [capacity(pid) for pid in processors]
+    whole = sum(caps)
+    lower: dict[str, int] = {}
+    upper: dict[str, int] = {}
+    for pid, cap in zip(processors, caps, strict=True):
+        share = total * cap
+        lower[pid] = max(0, share // whole - balance_slack)
+        upper[pid] = -(-share // whole) + balance_slack
+    return lower, upper

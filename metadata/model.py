@@ -6,7 +6,8 @@ rebalances are skipped by equality) and used in sets (a grouper returns ``set[Co
 - ``SystemStreamPartition``: one partition of one input stream, or one key bucket of it
   (``key_bucket == -1`` means the whole partition; SEP-32 virtual tasks use buckets >= 0).
 - ``TaskModel``: a named unit of work and state, holding one or more stream partitions.
-- ``ContainerModel``: the tasks one processor runs, and where that processor is.
+- ``ContainerModel``: the tasks one processor runs, and where that processor is; optionally the
+  standby replicas it keeps warm (``standby_tasks``, copies of other processors' tasks).
 - ``JobModel``: one version of the whole assignment, plus the config it was made from.
 - ``StreamInput``: a job input as configured (``system``, ``stream``, partition count).
 - ``BarrierState``: the state of the barrier of a job-model version (``NEW``, ``DONE``,
@@ -123,19 +124,28 @@ class TaskModel:
 
 @dataclass(frozen=True, slots=True)
 class ContainerModel:
-    """The tasks one processor runs (keyed by task name), and the processor's location id."""
+    """The tasks one processor runs (keyed by task name), and the processor's location id.
+
+    ``standby_tasks`` (keyed by task name too) are the standby replicas it keeps warm: copies of
+    the state of tasks that other processors run (empty unless the grouper makes replicas).
+    """
 
     processor_id: str
     location_id: str | None
     tasks: Mapping[str, TaskModel] = field(default_factory=lambda: FrozenMap())
+    standby_tasks: Mapping[str, TaskModel] = field(default_factory=lambda: FrozenMap())
 
     def __post_init__(self) -> None:
         if not self.processor_id:
             raise ValueError("processor_id must not be empty")
         object.__setattr__(self, "tasks", _freeze(self.tasks))
-        for name, task in self.tasks.items():
-            if name != task.name:
-                raise ValueError(f"task key {name!r} differs from its TaskModel name {task.name!r}")
+        object.__setattr__(self, "standby_tasks", _freeze(self.standby_tasks))
+        for kind, tasks in (("task", self.tasks), ("standby task", self.standby_tasks)):
+            for name, task in tasks.items():
+                if name != task.name:
+                    raise ValueError(
+                        f"{kind} key {name!r} differs from its TaskModel name {task.name!r}"
+                    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """Job-model JSON, format 1 (see docs/design.md and DESIGN.md "Job-model format").
 
-Writers emit every field. Readers are lenient where the format allows (unknown fields are ignored,
-a partition without ``key_bucket`` is the whole partition, a legacy ``container_id`` is ignored)
+Writers emit every field, except a container's ``standby_tasks`` (same shape as ``tasks``), written
+only when it is not empty so that models without replicas read and write as before. Readers are
+lenient where the format allows (unknown fields are ignored, a partition without ``key_bucket`` is
+the whole partition, a legacy ``container_id`` is ignored, a missing ``standby_tasks`` is none)
 and strict everywhere else: malformed input raises :class:`JobModelFormatError` naming the field
 path and the problem, e.g. ``containers.p-1.tasks.Partition 0.partitions[0].partition: expected
 an integer, got 'x'``.
@@ -77,15 +79,21 @@ def job_model_to_dict(model: JobModel, *, run_id: str = "", grouper: str = "") -
         "run_id": run_id,
         "grouper": grouper,
         "config": dict(sorted(model.config.items())),
-        "containers": {
-            pid: {
-                "processor_id": c.processor_id,
-                "location_id": c.location_id,
-                "tasks": {name: task_to_dict(t) for name, t in sorted(c.tasks.items())},
-            }
-            for pid, c in sorted(model.containers.items())
-        },
+        "containers": {pid: _container_to_dict(c) for pid, c in sorted(model.containers.items())},
     }
+
+
+def _container_to_dict(container: ContainerModel) -> dict[str, Any]:
+    written: dict[str, Any] = {
+        "processor_id": container.processor_id,
+        "location_id": container.location_id,
+        "tasks": {name: task_to_dict(t) for name, t in sorted(container.tasks.items())},
+    }
+    if container.standby_tasks:
+        written["standby_tasks"] = {
+            name: task_to_dict(t) for name, t in sorted(container.standby_tasks.items())
+        }
+    return written
 
 
 def dump_job_model(model: JobModel, *, run_id: str = "", grouper: str = "") -> bytes:
@@ -202,19 +210,26 @@ def _container_from_dict(pid: str, value: Any, path: str) -> ContainerModel:
     location = _str(
         _get(obj, "location_id", path, default=None), f"{path}.location_id", nullable=True
     )
-    raw_tasks = _obj(_get(obj, "tasks", path, default={}), f"{path}.tasks")
-    tasks: dict[str, TaskModel] = {}
-    for name, raw in raw_tasks.items():
-        task = task_from_dict(raw, f"{path}.tasks.{name}")
-        if task.name != name:
-            raise JobModelFormatError(
-                f"{path}.tasks.{name}.name", f"{task.name!r} differs from its key"
-            )
-        tasks[name] = task
+    tasks = _tasks_from_dict(obj, "tasks", path)
+    standbys = _tasks_from_dict(obj, "standby_tasks", path)
     try:
-        return ContainerModel(processor_id, location, FrozenMap(tasks))
+        return ContainerModel(processor_id, location, tasks, standbys)
     except ValueError as exc:
         raise JobModelFormatError(path, str(exc)) from None
+
+
+def _tasks_from_dict(obj: Mapping[str, Any], key: str, path: str) -> FrozenMap[str, TaskModel]:
+    """A container's ``tasks`` or ``standby_tasks`` (absent: none)."""
+    raw_tasks = _obj(_get(obj, key, path, default={}), f"{path}.{key}")
+    tasks: dict[str, TaskModel] = {}
+    for name, raw in raw_tasks.items():
+        task = task_from_dict(raw, f"{path}.{key}.{name}")
+        if task.name != name:
+            raise JobModelFormatError(
+                f"{path}.{key}.{name}.name", f"{task.name!r} differs from its key"
+            )
+        tasks[name] = task
+    return FrozenMap(tasks)
 
 
 def _envelope(value: Any) -> tuple[Mapping[str, Any], int]:

@@ -53,6 +53,7 @@ class JobHarness:
         processor_grace_ms: int = 0,
         grouper_options: dict[str, Any] | None = None,
         name: str = "clicks",
+        coordinator_options: dict[str, Any] | None = None,
     ) -> None:
         self.server = server
         self.name = name
@@ -61,6 +62,9 @@ class JobHarness:
         self.session_timeout_s = session_timeout_ms / 1000
         self.config = workdir / "job.yaml"
         options = json.dumps(grouper_options or {})
+        more = "".join(
+            f", {key}: {json.dumps(value)}" for key, value in (coordinator_options or {}).items()
+        )
         self.config.write_text(
             f"job: {{name: {name}, id: '1', run_id: r1}}\n"
             f"zookeeper: {{connect: '{server.hosts}', root: /affinity,"
@@ -69,7 +73,7 @@ class JobHarness:
             f"grouper: {{name: host-affinity, options: {options}}}\n"
             f"coordinator: {{debounce_ms: {debounce_ms}, debounce_max_ms: {debounce_max_ms},"
             f" barrier_timeout_ms: {barrier_timeout_ms},"
-            f" processor_grace_ms: {processor_grace_ms}, http_port: 0}}\n"
+            f" processor_grace_ms: {processor_grace_ms}, http_port: 0{more}}}\n"
             "logging: {format: json}\n"
         )
         self.coordinators: dict[str, Proc] = {}
@@ -94,9 +98,11 @@ class JobHarness:
         self.coordinators[name] = proc
         return proc
 
-    def start_processor(self, pid: str, location: str, *, connect: str | None = None) -> Proc:
-        """Start ``affinity processor run``; ``connect``: another ZooKeeper address for it alone
-        (e.g. a pausable relay to the same server)."""
+    def start_processor(
+        self, pid: str, location: str, *extra: str, connect: str | None = None
+    ) -> Proc:
+        """``extra``: more ``affinity processor run`` arguments (``--capacity``, ...);
+        ``connect``: another ZooKeeper address for it alone (e.g. a pausable relay)."""
         status = self.workdir / f"{pid}.json"
         config = self.config
         if connect is not None:
@@ -115,6 +121,7 @@ class JobHarness:
                 location,
                 "--status-file",
                 str(status),
+                *extra,
             ],
         )
         self.processors[pid] = proc

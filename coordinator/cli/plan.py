@@ -6,12 +6,15 @@ The snapshot is what the leader would feed the grouper::
      "processor_locality": {"p-1": "zone-a/host-1"},
      "task_locality": {"Partition 0": "zone-a/host-1"},
      "previous_task_to_processor": {"Partition 0": "p-1"},
+     "processor_capacity": {"p-1": 4},  # optional: capacity per live processor (default 1)
+     "task_state": {"Partition 0": {"p-1": 0}},  # optional: task -> {processor: lag} of copies
      "version": 6}                      # optional: the version in force (the plan is version + 1)
 
 Tasks are names or TaskModel JSON (as in the job-model format). The plan prints what would move,
-the locality kept and the balance, or with ``--json`` the job model it would publish. A bad
-snapshot or an unknown grouper exits with code 2 and one line naming the problem; a grouper that
-raises or returns an invalid answer exits with code 1.
+the locality kept, the balance and the standby replicas (``--option standby_replicas=1``), or
+with ``--json`` the job model it would publish (standbys as each container's ``standby_tasks``).
+A bad snapshot or an unknown grouper exits with code 2 and one line naming the problem; a grouper
+that raises or returns an invalid answer exits with code 1.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.cli.common import CommandError
-from groupers import GrouperMetadata, get_grouper, validate
+from groupers import GrouperError, GrouperMetadata, get_grouper, validate
 from groupers.measures import tasks_kept_local, tasks_moved, tasks_with_locality
 from metadata.errors import JobModelFormatError
 from metadata.model import FrozenMap, JobModel, TaskModel
@@ -52,6 +55,25 @@ def _string_map(document: Mapping[str, Any], key: str) -> dict[str, str]:
         if not isinstance(v, str):
             raise SnapshotError(f"{key}.{k}: expected a string, got {v!r}")
     return dict(value)
+
+
+def _count_map(document: Mapping[str, Any], key: str) -> dict[str, int]:
+    """An object of whole numbers >= 0 (``key`` names it in errors)."""
+    value = document.get(key, {})
+    if not isinstance(value, dict):
+        raise SnapshotError(f"{key}: expected an object of numbers, got {type(value).__name__}")
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise SnapshotError(f"{key}.{k}: expected a whole number >= 0, got {v!r}")
+    return dict(value)
+
+
+def _task_state(document: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """``task_state``: task -> {processor id: lag}."""
+    value = document.get("task_state", {})
+    if not isinstance(value, dict):
+        raise SnapshotError(f"task_state: expected an object, got {type(value).__name__}")
+    return {task: _count_map(value, task) for task in value} if value else {}
 
 
 #: A whole number in a snapshot has at most this many digits (a version, a partition).
@@ -98,11 +120,16 @@ def load_snapshot(text: str) -> Snapshot:
     version = document.get("version", 0)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise SnapshotError(f"version: expected a whole number >= 0, got {version!r}")
-    metadata = GrouperMetadata(
-        processor_locality=_string_map(document, "processor_locality"),
-        task_locality=_string_map(document, "task_locality"),
-        previous_task_to_processor=_string_map(document, "previous_task_to_processor"),
-    )
+    try:
+        metadata = GrouperMetadata(
+            processor_locality=_string_map(document, "processor_locality"),
+            task_locality=_string_map(document, "task_locality"),
+            previous_task_to_processor=_string_map(document, "previous_task_to_processor"),
+            processor_capacity=_count_map(document, "processor_capacity"),
+            task_state=_task_state(document),
+        )
+    except GrouperError as exc:
+        raise SnapshotError(str(exc)) from None
     if tasks and not metadata.processor_locality:
         raise SnapshotError("processor_locality: no live processor to assign tasks to")
     return Snapshot(tasks, metadata, version)
@@ -117,6 +144,7 @@ class PlanSummary:
     locality_kept: int
     min_tasks: int
     max_tasks: int
+    standbys: int = 0  # standby replicas in all
 
 
 def summarize(model: JobModel, metadata: GrouperMetadata) -> PlanSummary:
@@ -134,6 +162,7 @@ def summarize(model: JobModel, metadata: GrouperMetadata) -> PlanSummary:
         locality_kept=tasks_kept_local(owner, where, recorded),
         min_tasks=min(sizes),
         max_tasks=max(sizes),
+        standbys=sum(len(c.standby_tasks) for c in model.containers.values()),
     )
 
 
@@ -185,11 +214,18 @@ def run_plan(args: argparse.Namespace) -> int:
     print(f"moved          {summary.moved}")
     print(f"locality kept  {kept}")
     print(f"balance        min {summary.min_tasks}, max {summary.max_tasks} tasks per processor")
+    print(f"standbys       {summary.standbys}")
     print()
-    print(f"{'processor':<24} {'location':<32} tasks")
+    print(f"{'processor':<24} {'location':<32} {'tasks':>5}  standbys")
     for pid in sorted(model.containers):
         container = model.containers[pid]
-        print(f"{pid:<24} {container.location_id or '-':<32} {len(container.tasks)}")
+        standbys = ", ".join(sorted(container.standby_tasks)) or "-"
+        print(
+            f"{pid:<24} {container.location_id or '-':<32} {len(container.tasks):>5}  "
+            f"{len(container.standby_tasks)}: {standbys}"
+            if container.standby_tasks
+            else f"{pid:<24} {container.location_id or '-':<32} {len(container.tasks):>5}  -"
+        )
     return 0
 
 

@@ -13,14 +13,21 @@ import argparse
 import contextlib
 import json
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from coordinator.cli.common import check_access, job_store, starting, stop_on_signals
+from coordinator.cli.common import (
+    CommandError,
+    check_access,
+    job_store,
+    starting,
+    stop_on_signals,
+)
 from coordinator.config import load_config
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.processor import ProcessorClient
@@ -62,10 +69,15 @@ def run_coordinator(args: argparse.Namespace) -> int:
 class SampleTasks:
     """The sample processor's "work": it records what it runs."""
 
-    def __init__(self, processor_id: str, status_file: Path | None) -> None:
+    def __init__(
+        self, processor_id: str, status_file: Path | None, catch_up_s: float = 0.0
+    ) -> None:
         self.processor_id = processor_id
         self.status_file = status_file
         self.running: dict[str, int] = {}
+        self.standby: dict[str, int] = {}
+        self.catch_up_s = catch_up_s  # how long a new standby copy takes to catch up
+        self.report_lag: Callable[[str, int], None] = lambda _task, _lag: None
         self.log = structlog.get_logger("affinity.processor").bind(processor=processor_id)
 
     def _event(self, kind: str, version: int | None, names: list[str]) -> None:
@@ -84,6 +96,7 @@ class SampleTasks:
             "processor_id": self.processor_id,
             "pid": os.getpid(),
             "tasks": {name: v for name, v in sorted(self.running.items())},
+            "standby": {name: v for name, v in sorted(self.standby.items())},
         }
         tmp = self.status_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(status))
@@ -101,15 +114,55 @@ class SampleTasks:
         self.log.info("sample.stop", version=version, tasks=sorted(tasks))
         self._event("stop", version, sorted(tasks))
 
+    def start_standby(self, version: int, tasks: Mapping[str, TaskModel]) -> None:
+        """A standby copy starts behind (lag 1) and catches up (lag 0) after ``catch_up_s``."""
+        for name in tasks:
+            self.standby[name] = version
+        self.log.info("sample.standby_start", version=version, tasks=sorted(tasks))
+        self._event("standby_start", version, sorted(tasks))
+        for name in tasks:
+            self.report_lag(name, 1 if self.catch_up_s > 0 else 0)
+        if self.catch_up_s > 0:
+            timer = threading.Timer(self.catch_up_s, self._caught_up, args=(sorted(tasks),))
+            timer.daemon = True
+            timer.start()
+
+    def _caught_up(self, names: list[str]) -> None:
+        for name in names:
+            if name in self.standby:
+                self.report_lag(name, 0)
+
+    def stop_standby(self, version: int | None, tasks: Mapping[str, TaskModel]) -> None:
+        for name in tasks:
+            self.standby.pop(name, None)
+        self.log.info("sample.standby_stop", version=version, tasks=sorted(tasks))
+        self._event("standby_stop", version, sorted(tasks))
+
+
+def _capacity(text: str) -> int:
+    """``--capacity``: an integer >= 1 (anything else: one line, exit 2)."""
+    if not text.isdigit() or int(text) < 1:
+        raise CommandError(f"--capacity must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _non_negative_ms(text: str, option: str) -> int:
+    if not text.isdigit():
+        raise CommandError(f"{option} must be an integer >= 0 (milliseconds), got {text!r}")
+    return int(text)
+
 
 def run_processor(args: argparse.Namespace) -> int:
+    capacity = _capacity(args.capacity)
     config = load_config(args.config)
     configure_logging(config.logging.format, config.logging.level)
     location = args.location
     if location is None:
         location = get_location_provider(args.location_provider).location_id()
     stop = stop_on_signals()
-    work = SampleTasks(args.processor_id, Path(args.status_file) if args.status_file else None)
+    catch_up_s = _non_negative_ms(args.standby_catch_up_ms, "--standby-catch-up-ms") / 1000
+    status = Path(args.status_file) if args.status_file else None
+    work = SampleTasks(args.processor_id, status, catch_up_s)
     with contextlib.ExitStack() as stack:
         with starting("processor run"):
             store = stack.enter_context(job_store(config))
@@ -123,7 +176,11 @@ def run_processor(args: argparse.Namespace) -> int:
             on_stop=work.stop,
             job=f"{config.job.name}-{config.job.id}",
             duplicate_wait_s=config.zookeeper.session_timeout_ms / 1000 + 1,
+            capacity=capacity,
+            on_start_standby=work.start_standby,
+            on_stop_standby=work.stop_standby,
         )
+        work.report_lag = processor.report_standby_lag
         processor.run(stop)  # DuplicateRegistration: one line, exit 1 (common.report)
     return 0
 
@@ -146,4 +203,14 @@ def add_commands(subparsers: Any) -> None:
         "--location-provider", default="host", help="host, env or kubernetes (without --location)"
     )
     prun.add_argument("--status-file", default=None, help="write what runs here as JSON")
+    prun.add_argument(
+        "--capacity",
+        default="1",
+        help="how much work it takes, an integer >= 1 (default 1; balance is proportional)",
+    )
+    prun.add_argument(
+        "--standby-catch-up-ms",
+        default="0",
+        help="a new standby replica reports lag 1, then 0 (caught up) after this long",
+    )
     prun.set_defaults(handler=run_processor)

@@ -5,8 +5,10 @@
     affinity jobmodel show --config job.yaml [--version N] [--json]
     affinity locality show --config job.yaml [--json]
 
-``--json`` prints the job-model JSON (format 1, DESIGN.md "Job-model format"), or for locality
-``{"processors": {id: location}, "tasks": {task: location}}``. Without it, a readable summary.
+``--json`` prints the job-model JSON (format 1, DESIGN.md "Job-model format"; standby replicas as
+each container's ``standby_tasks``), or for locality ``{"processors": {id: location}, "tasks":
+{task: location}, "standbys": {id: [task, ...]}}`` (the standby replicas each processor keeps in
+the latest job model). Without it, a readable summary.
 Nothing is written to ZooKeeper. Exit codes: 0 shown; 2 bad input (unusable config, no such job,
 no such version, nothing published yet); 1 ZooKeeper unreachable, access denied or corrupt data.
 Errors are one line on stderr.
@@ -134,14 +136,18 @@ def _show_job_model(args: argparse.Namespace, config: JobConfig, store: ZkMetada
             "processors joined"
         )
     total = sum(len(c.tasks) for c in model.containers.values())
-    lines.append(f"{len(model.containers)} processors, {_tasks(total)}")
+    standbys = sum(len(c.standby_tasks) for c in model.containers.values())
+    replicas = f", {standbys} standby replicas" if standbys else ""
+    lines.append(f"{len(model.containers)} processors, {_tasks(total)}{replicas}")
     width = max((len(pid) for pid in model.containers), default=0)
     for pid in sorted(model.containers, key=_natural_key):
         container = model.containers[pid]
         names = f": {_names(container.tasks)}" if container.tasks else ""
+        copies = container.standby_tasks
+        kept = f"; standby {len(copies)}: {_names(copies)}" if copies else ""
         lines.append(
             f"  {pid.ljust(width)}  {container.location_id or '-'}  "
-            f"{_tasks(len(container.tasks))}{names}"
+            f"{_tasks(len(container.tasks))}{names}{kept}"
         )
     print("\n".join(lines))
     return 0
@@ -153,12 +159,10 @@ def _show_job_model(args: argparse.Namespace, config: JobConfig, store: ZkMetada
 def _show_locality(args: argparse.Namespace, config: JobConfig, store: ZkMetadataStore) -> int:
     processors = store.processors.locality()
     tasks = store.locality.read()
+    standbys = _standbys_in_force(store)
     if args.json:
-        print(
-            json.dumps(
-                {"processors": processors, "tasks": tasks}, sort_keys=True, ensure_ascii=False
-            )
-        )
+        document = {"processors": processors, "tasks": tasks, "standbys": standbys}
+        print(json.dumps(document, sort_keys=True, ensure_ascii=False))
         return 0
     by_location: dict[str, list[str]] = defaultdict(list)
     for task, location in tasks.items():
@@ -177,5 +181,25 @@ def _show_locality(args: argparse.Namespace, config: JobConfig, store: ZkMetadat
         f"  {loc.ljust(width)}  {_tasks(len(names))}: {_names(names)}"
         for loc, names in sorted(by_location.items())
     ]
+    if standbys:
+        lines.append(f"standby replicas ({sum(map(len, standbys.values()))}, latest job model):")
+        width = max(len(pid) for pid in standbys)
+        lines += [
+            f"  {pid.ljust(width)}  {_tasks(len(names))}: {_names(names)}"
+            for pid, names in sorted(standbys.items(), key=lambda item: _natural_key(item[0]))
+        ]
     print("\n".join(lines))
     return 0
+
+
+def _standbys_in_force(store: ZkMetadataStore) -> dict[str, list[str]]:
+    """Processor id -> the standby replicas it keeps in the latest job model (none: empty)."""
+    latest = store.job_models.latest_version()
+    if latest is None:
+        return {}
+    model = store.job_models.read_document(latest).model
+    return {
+        pid: sorted(c.standby_tasks, key=_natural_key)
+        for pid, c in model.containers.items()
+        if c.standby_tasks
+    }

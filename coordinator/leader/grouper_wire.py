@@ -3,8 +3,9 @@
 Pickling the model types as they are costs about a second at 10,000 tasks (every frozen,
 slotted dataclass goes through Python-level reduce and ``__init__``). The job's tasks do not
 change between rebalances, so the worker receives them once and keeps them; each request then
-carries the metadata as plain dicts, and the answer comes back as ``(processor id, location id,
-task names)`` per container, rebuilt here from the same task objects. Anything else (an answer
+carries the metadata as plain dicts (``task_state`` as a dict of dicts), and the answer comes back
+as ``(processor id, location id, task names, standby task names)`` per container, rebuilt here
+from the same task objects. Anything else (an answer
 that is not a collection of ``ContainerModel`` holding the job's own tasks) travels as it is,
 so the leader machine checks exactly what the grouper returned.
 """
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 _SSPS = "previous_task_to_ssps"
+_STATE = "task_state"
 _Ssp = tuple[str, str, int, int]
 
 
@@ -61,6 +63,8 @@ def encode_metadata(metadata: GrouperMetadata, known: Mapping[str, TaskModel]) -
                 name: None if _same_partitions(known.get(name), ssps) else _ssps(ssps)
                 for name, ssps in value.items()
             }
+        elif f.name == _STATE:
+            encoded[f.name] = {name: dict(copies.items()) for name, copies in value.items()}
         elif isinstance(value, Mapping):
             encoded[f.name] = dict(value.items())
         else:
@@ -82,8 +86,9 @@ def decode_metadata(encoded: dict[str, Any], known: Mapping[str, TaskModel]) -> 
 
 
 def encode_answer(answer: object, known: Mapping[str, TaskModel]) -> tuple[str, object]:
-    """``("containers", (kind, [(pid, location, names)]))`` when the answer is a set or list of
-    ContainerModel holding the job's own tasks; else ``("raw", answer)``."""
+    """``("containers", (kind, [(pid, location, names, standby names)]))`` when the answer is a
+    set or list of ContainerModel holding the job's own tasks (active and standby); else
+    ``("raw", answer)``."""
     try:
         if type(answer) not in (set, frozenset, list, tuple):
             return "raw", answer
@@ -91,23 +96,44 @@ def encode_answer(answer: object, known: Mapping[str, TaskModel]) -> tuple[str, 
         for container in answer:  # type: ignore[attr-defined]
             if type(container) is not ContainerModel:
                 return "raw", answer
-            for name, task in container.tasks.items():
-                mine = known.get(name)
-                if mine is not task and mine != task:
-                    return "raw", answer
-            rows.append((container.processor_id, container.location_id, list(container.tasks)))
+            if not _all_known(container.tasks, known) or not _all_known(
+                container.standby_tasks, known
+            ):
+                return "raw", answer
+            rows.append(
+                (
+                    container.processor_id,
+                    container.location_id,
+                    list(container.tasks),
+                    list(container.standby_tasks),
+                )
+            )
         return "containers", (type(answer).__name__, rows)
     except Exception:  # an odd answer: the leader machine will say what is wrong with it
         return "raw", answer
 
 
+def _all_known(tasks: Mapping[str, TaskModel], known: Mapping[str, TaskModel]) -> bool:
+    """Every task is one of the job's own (the same object or an equal one)."""
+    for name, task in tasks.items():
+        mine = known.get(name)
+        if mine is not task and mine != task:
+            return False
+    return True
+
+
 def decode_answer(kind: str, payload: object, known: Mapping[str, TaskModel]) -> object:
     if kind != "containers":
         return payload
-    collection, rows = cast(tuple[str, list[tuple[str, str | None, list[str]]]], payload)
+    collection, rows = cast(tuple[str, list[tuple[str, str | None, list[str], list[str]]]], payload)
     containers = [
-        ContainerModel(pid, location, FrozenMap({name: known[name] for name in names}))
-        for pid, location, names in rows
+        ContainerModel(
+            pid,
+            location,
+            FrozenMap({name: known[name] for name in names}),
+            FrozenMap({name: known[name] for name in standbys}),
+        )
+        for pid, location, names, standbys in rows
     ]
     if collection in ("set", "frozenset"):
         return set(containers) if collection == "set" else frozenset(containers)

@@ -78,11 +78,11 @@ def read_job_state(store: ZkMetadataStore, now: float, log: Any) -> LeadershipGa
     (:func:`~coordinator.protocol.rules.model_in_force`), past corrupt old data. It syncs
     first: the state as the ZooKeeper leader has it, not a lagging follower's (SAMZA-2301)."""
     store.sync()
-    processors = store.processors.locality()
+    processors, capacity = store.processors.members()
     locality = _locality(store, log)
     latest_version = store.job_models.latest_version()
     if latest_version is None:
-        return LeadershipGained(now, processors, locality)
+        return LeadershipGained(now, processors, locality, capacity=capacity)
     latest = store.job_models.read(latest_version)
     states = _barrier_states(store, latest_version, log)
     return LeadershipGained(
@@ -93,4 +93,5 @@ def read_job_state(store: ZkMetadataStore, now: float, log: Any) -> LeadershipGa
         latest_barrier=states[latest_version],
         latest_participants=frozenset(store.barriers.participants(latest_version)),
         in_force=_in_force(store, latest, states, log),
+        capacity=capacity,
     )

@@ -15,7 +15,8 @@ An election that fails (``NoAuth``: no or wrong credentials) or a leadership tha
 (corrupt latest job model: :mod:`coordinator.leader.job_state`) makes the replica back off
 (exponential with jitter, up to ``BACKOFF_MAX_S``) before taking part again, logged with the
 path and counted; meanwhile ``ready()`` is false. The grouper runs in a worker process
-(:mod:`coordinator.leader.grouper_worker`) that is killed at ``grouper.timeout_ms``.
+(:mod:`coordinator.leader.grouper_worker`) that is killed at ``grouper.timeout_ms``, given the
+standby lag reports (:mod:`coordinator.leader.grouping`).
 Watch callbacks and connection-state listeners only put events on the queue: they never block
 kazoo's threads.
 """
@@ -46,6 +47,7 @@ from coordinator.leader.backoff import (
     retrying,
 )
 from coordinator.leader.grouper_worker import GrouperWorker
+from coordinator.leader.grouping import run_grouper
 from coordinator.leader.job_state import read_job_state
 from coordinator.leader.rebalances import RebalanceRecorder
 from coordinator.leader.reporting import report, report_barrier, report_published
@@ -56,7 +58,6 @@ from coordinator.protocol.leader_events import (
     Action,
     BarrierUpdated,
     Event,
-    GrouperFinished,
     LeadershipGained,
     LeadershipLost,
     MarkBarrier,
@@ -296,11 +297,11 @@ class CoordinatorService:
             self._watch_barrier(gained.latest.version)
         return gained
 
-    def _live_processors(self) -> dict[str, str]:
-        """Live processor -> location (counting the malformed registrations it skipped)."""
-        live = self.store.processors.locality()
+    def _membership(self) -> MembershipChanged:
+        """Live processor -> location and capacity (counting the malformed registrations)."""
+        live, capacity = self.store.processors.members()
         self.metrics.registrations_skipped.set(len(self.store.processors.skipped))
-        return live
+        return MembershipChanged(self.clock(), live, capacity)
 
     def _loop(self, core: LeaderMachine, wakeup: float | None, log: Any) -> None:
         """Feed the machine the queued events (and the time) until stopped or stepping down."""
@@ -315,7 +316,7 @@ class CoordinatorService:
             if isinstance(item, _SessionLost):
                 raise StepDown(item.reason)
             if isinstance(item, _ProcessorsChanged):
-                item = MembershipChanged(self.clock(), self._live_processors())
+                item = self._membership()
             if wakeup is not None and self.clock() >= wakeup:
                 wakeup = None
             next_wakeup = self._execute(core, core.handle(item), log)
@@ -333,7 +334,16 @@ class CoordinatorService:
             if isinstance(action, ScheduleWakeup):
                 wakeup = action.at if wakeup is None else min(wakeup, action.at)
             elif isinstance(action, RunGrouper):
-                pending.extend(core.handle(self._run_grouper(action, log)))
+                finished = run_grouper(
+                    self.grouper,
+                    self.store,
+                    action,
+                    timeout_s=self.grouper_timeout_s,
+                    metrics=self.metrics,
+                    log=log,
+                    clock=self.clock,
+                )
+                pending.extend(core.handle(finished))
             elif isinstance(action, PublishJobModel):
                 self._publish(action, log)
                 # The barrier deadline counts from now, not from before a slow publish.
@@ -349,19 +359,6 @@ class CoordinatorService:
             else:
                 report(action, core, self.metrics, log, self.clock())
         return wakeup
-
-    def _run_grouper(self, action: RunGrouper, log: Any) -> GrouperFinished:
-        """Run the grouper in its worker process, killed at the configured time limit."""
-        outcome = self.grouper.run(action.tasks, action.metadata, self.grouper_timeout_s)
-        self.metrics.grouper_duration.observe(outcome.seconds)
-        log.info(
-            "coordinator.grouper_ran",
-            request=action.request,
-            processors=len(action.metadata.processor_locality),
-            seconds=round(outcome.seconds, 3),
-            ok=outcome.error is None,
-        )
-        return GrouperFinished(self.clock(), action.request, outcome.containers, outcome.error)
 
     def _publish(self, action: PublishJobModel, log: Any) -> None:
         version = action.model.version

@@ -29,4 +29,5 @@ def settings_from_config(config: JobConfig) -> CoordinatorSettings:
         retention=c.retention,
         allow_dropping_all_tasks=c.allow_dropping_all_tasks,
         exclusion_s=EXCLUSION_BARRIER_TIMEOUTS * c.barrier_timeout_ms / 1000,
+        probing_interval_s=c.probing_rebalance_interval_ms / 1000,
     )

@@ -14,9 +14,13 @@ Usage::
     group.run(stop_event)      # until stop_event is set: follows job models behind barriers
 
 ``on_start(processor_id, version, tasks)`` and ``on_stop(processor_id, version, tasks)`` run on
-the group's thread. With ``duplicate_wait_s`` set, a member whose id an older live registration
-holds waits that long for it to go, then gives up (``on_refused(processor_id, node, older)``);
-without it (a Spark driver: its executors' ids are its own) registrations are not compared.
+the group's thread, as do ``on_start_standby`` and ``on_stop_standby`` (same signature) for the
+standby replicas; :meth:`MemberGroup.report_standby_lag` (any thread) reports a standby's lag
+(:mod:`coordinator.member.standby_lag`).
+
+With ``duplicate_wait_s`` set, a member whose id an older live registration holds waits that
+long for it to go, then gives up (``on_refused(processor_id, node, older)``); without it (a Spark
+driver: its executors' ids are its own) registrations are not compared.
 While the connection is down, each member stops its tasks before the server could expire the
 session (the member machine's rule 7b); ``fence_after_s`` defaults to a quarter of the client's
 session timeout.
@@ -37,6 +41,8 @@ import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
+from coordinator.member.registration import RegistrationActions
+from coordinator.member.standby_lag import StandbyActions, StandbyLagReports
 from coordinator.protocol.member import (
     FENCED,
     RECHECK_DELAY_S,
@@ -61,14 +67,15 @@ from coordinator.protocol.member_events import (
     ReadContainer,
     ReadManifest,
     Register,
-    Registered,
     RegistrationRefused,
     ResyncDue,
     ScheduleFence,
     ScheduleResync,
     SessionLost,
     Shutdown,
+    StartStandbys,
     StartTasks,
+    StopStandbys,
     StopTasks,
     StoreFailed,
     Unregister,
@@ -108,10 +115,11 @@ class _Watches:
     manifests: dict[int, Manifest] = field(default_factory=dict)
 
 
-_Item = tuple[str | None, MemberEvent] | None  # (member or None: every member, event)
+# (member or None: every member, event); None: stop; FLUSH: write the standby lag reports
+_Item = tuple[str | None, MemberEvent] | str | None
 
 
-class MemberGroup:
+class MemberGroup(RegistrationActions, StandbyActions):
     """Processors of one job following its job models (see the module docstring)."""
 
     def __init__(
@@ -126,13 +134,18 @@ class MemberGroup:
         unregister: Callable[[str], None] | None = None,
         duplicate_wait_s: float | None = None,
         on_refused: OnRefused | None = None,
+        on_start_standby: OnTasks | None = None,
+        on_stop_standby: OnTasks | None = None,
         fence_after_s: float | None = None,
     ) -> None:
         self.client = client
         self.store = store
         self.on_start = on_start
         self.on_stop = on_stop
+        self.on_start_standby = on_start_standby
+        self.on_stop_standby = on_stop_standby
         self.log = structlog.get_logger("affinity.member").bind(job=job)
+        self.standby_lag = StandbyLagReports(store, self.log)
         self._register = register or self._register_in_store
         self._unregister = unregister or store.processors.unregister
         self._members: dict[str, _Member] = {}
@@ -184,7 +197,10 @@ class MemberGroup:
         self.store.ensure_layout()
         try:
             while (item := self._events.get()) is not None:
-                self._deliver(*item)
+                if isinstance(item, str):
+                    self.standby_lag.flush()
+                else:
+                    self._deliver(*item)
         finally:
             self.client.remove_listener(self._on_state)
             for pid in list(self._members):
@@ -254,48 +270,6 @@ class MemberGroup:
         result: list[MemberEvent] = handler(member, action)
         return result
 
-    def _register_member(self, member: _Member, _action: Register) -> list[MemberEvent]:
-        pid = member.machine.processor_id
-        member.node = self._register(pid, member.location_id, member.host, member.extra)
-        member.log.info("processor.registered", node=member.node)
-        return self._check_registration(member, CheckRegistration())
-
-    def _check_registration(self, member: _Member, _a: CheckRegistration) -> list[MemberEvent]:
-        node = member.node
-        assert node is not None  # (checked only while registered)
-        if self._duplicate_wait_s is None:
-            return [Registered(node)]
-        older = self.store.processors.older_than(node, member.machine.processor_id)
-        if older is None:
-            return [Registered(node)]
-        member.log.warning(
-            "processor.duplicate_id",
-            node=node,
-            older=older.node,
-            older_location=older.location_id,
-            checks_left=member.machine.checks_left,
-        )
-        return [Registered(node, duplicate_of=older.node)]
-
-    def _refused(self, member: _Member, action: RegistrationRefused) -> list[MemberEvent]:
-        pid = member.machine.processor_id
-        member.log.error(
-            "processor.registration_refused", node=action.node, older=action.duplicate_of
-        )
-        if self._on_refused is not None:
-            self._on_refused(pid, action.node, action.duplicate_of)
-        return []
-
-    def _unregister_member(self, member: _Member, _action: Unregister) -> list[MemberEvent]:
-        node, member.node = member.node, None
-        if node is not None and self.client.connected:
-            try:
-                self._unregister(node)
-            except (MetadataError, KazooException) as exc:
-                # Shutting down anyway: the node is ephemeral and goes with the session.
-                member.log.warning("processor.unregister_failed", node=node, error=repr(exc))
-        return []
-
     def _watch_versions(self, member: _Member, _action: WatchVersions) -> list[MemberEvent]:
         if self._watches.version is None:
             self.store.sync()  # the watch's first read must not come from a lagging server
@@ -328,7 +302,9 @@ class MemberGroup:
         )
         if container is None:
             member.log.info("processor.not_in_model", version=version)
-        return [ContainerRead(version, None if container is None else container.tasks)]
+        if container is None:
+            return [ContainerRead(version, None)]
+        return [ContainerRead(version, container.tasks, container.standby_tasks)]
 
     def _join_barrier(self, member: _Member, action: JoinBarrier) -> list[MemberEvent]:
         self.store.barriers.join(action.version, member.machine.processor_id)
@@ -390,11 +366,6 @@ class MemberGroup:
 
     # -------------------------------------------------------------------- helpers
 
-    def _register_in_store(
-        self, processor_id: str, location_id: str, host: str, extra: Mapping[str, Any]
-    ) -> str:
-        return self.store.processors.register(processor_id, location_id, host, **extra)
-
     def _unwatch(self) -> None:
         watches, self._watches = self._watches, _Watches()
         for watch in [watches.version, *watches.barriers.values()]:
@@ -415,6 +386,7 @@ _ACTION_HANDLERS: dict[type[MemberAction], str] = {
     WatchBarrier: "_watch_barrier",
     StopTasks: "_stop_tasks",
     StartTasks: "_start_tasks",
+    **{StopStandbys: "_stop_standbys", StartStandbys: "_start_standbys"},
     WriteLocality: "_write_locality",
     ScheduleResync: "_schedule_resync",
     ScheduleFence: "_schedule_fence",

@@ -13,8 +13,13 @@ registration expires within it) for that registration to go, running nothing; if
 
 Usage::
 
-    client = ProcessorClient(kazoo, store, "p-1", "zone-a/host-1", on_start=start, on_stop=stop)
+    client = ProcessorClient(kazoo, store, "p-1", "zone-a/host-1", on_start=start, on_stop=stop,
+                             capacity=2)   # takes twice the tasks of a capacity-1 processor
     client.run(stop_event)     # until stop_event is set
+    client.report_standby_lag("Partition 3", 0)   # (the runtime, any thread) a standby caught up
+
+``on_start_standby(version, tasks)`` and ``on_stop_standby(version, tasks)`` start and stop the
+standby replicas the job model gives the processor.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ class ProcessorClient:
         host: str | None = None,
         job: str = "",
         duplicate_wait_s: float = 10.0,
+        capacity: int = 1,
+        on_start_standby: OnStart | None = None,
+        on_stop_standby: OnStop | None = None,
     ) -> None:
         self.processor_id = processor_id
         self.location_id = location_id
@@ -68,22 +76,46 @@ class ProcessorClient:
             self.refusal = DuplicateRegistration(pid, node, older)
             self.group.stop()
 
+        def start_standby(_pid: str, version: int | None, tasks: Mapping[str, TaskModel]) -> None:
+            if on_start_standby is not None:
+                assert version is not None  # standbys start under a DONE version
+                on_start_standby(version, tasks)
+
+        def stop_standby(_pid: str, version: int | None, tasks: Mapping[str, TaskModel]) -> None:
+            if on_stop_standby is not None:
+                on_stop_standby(version, tasks)
+
         self.group = MemberGroup(
             client,
             store,
             on_start=start,
             on_stop=stop,
+            on_start_standby=start_standby,
+            on_stop_standby=stop_standby,
             job=job,
             duplicate_wait_s=duplicate_wait_s,
             on_refused=refused,
         )
-        self.group.add(processor_id, location_id, self.host)
+        # Registered with the processor (absent: 1); the grouper balances by it.
+        extra = {} if capacity == 1 else {"capacity": capacity}
+        self.group.add(processor_id, location_id, self.host, **extra)
         self._machine = self.group.member(processor_id)
 
     @property
     def running(self) -> dict[str, TaskModel]:
         """The tasks this processor runs (all of version :attr:`running_version`)."""
         return dict(self._machine.running) if self._machine else {}
+
+    @property
+    def standbys(self) -> dict[str, TaskModel]:
+        """The standby replicas this processor keeps warm."""
+        return dict(self._machine.standbys) if self._machine else {}
+
+    def report_standby_lag(self, task: str, lag: int) -> None:
+        """How far this processor's standby copy of ``task`` is behind (an integer >= 0; 0:
+        caught up), for the leader (``GrouperMetadata.task_state``): a warm-up replica's task
+        moves here once it is caught up. Thread-safe; written only when it changes."""
+        self.group.report_standby_lag(self.processor_id, task, lag)
 
     @property
     def running_version(self) -> int | None:

@@ -42,6 +42,11 @@ Rebalance, step by step (the policies are in :mod:`coordinator.protocol.leader_p
    (:class:`ProcessorReadmitted`), so one silent processor cannot stall every rebalance.
 6. Once a barrier is decided, :class:`RemoveOldVersions` applies retention, never below the
    model in force (:func:`~coordinator.protocol.rules.retention_floor`).
+7. Probing (:mod:`coordinator.protocol.leader_probing`): with ``probing_interval_s`` set, every
+   :class:`RunGrouper` asks for a ``recheck`` of its answer; an answer that is not the grouper's
+   fixed point (warm-ups pending, moves held back) leaves the job *probing* once it is in force:
+   while IDLE it rebalances again every ``probing_interval_s`` (trigger ``probing``), until an
+   answer is settled. An answer equal to the model in force publishes nothing.
 
 States. The machine's fields (leader, dirty, running, pending) give one :class:`LeaderState` at a
 time; ``TRANSITIONS`` (beside the vocabulary, in ``leader_events``) lists, for each state and
@@ -73,8 +78,6 @@ from coordinator.protocol.leader_events import (
     MembershipChanged,
     ModelInForce,
     ModelRefused,
-    ProcessorBenched,
-    ProcessorReadmitted,
     Published,
     RebalanceSkipped,
     RemoveOldVersions,
@@ -87,15 +90,15 @@ from coordinator.protocol.leader_policy import (
     PendingBarrier,
     Vanished,
     check_answer,
-    debounce_due,
     drop_all_reason,
     drops_every_task,
-    grace_until,
     grouper_metadata,
     note_vanished,
     publish_action,
     task_locations,
 )
+from coordinator.protocol.leader_probing import settled
+from coordinator.protocol.leader_timers import LeaderTimers
 from coordinator.protocol.leader_trigger import RebalanceCause, rebalance_cause
 from coordinator.protocol.rules import retention_floor
 from groupers import GrouperMetadata
@@ -108,7 +111,7 @@ L = LeaderState
 
 
 @dataclass
-class LeaderMachine:
+class LeaderMachine(LeaderTimers):
     """The leader's state machine: ``handle(event) -> list[Action]`` (see the module docstring)."""
 
     tasks: tuple[TaskModel, ...]
@@ -117,6 +120,7 @@ class LeaderMachine:
 
     leader: bool = False
     processors: dict[str, str] = field(default_factory=dict)
+    capacity: dict[str, int] = field(default_factory=dict)  # live processor id -> capacity
     task_locality: dict[str, str] = field(default_factory=dict)
     in_force: JobModel | None = None
     latest_version: int = 0
@@ -130,6 +134,8 @@ class LeaderMachine:
     bench: Bench = field(init=False)
     retry: bool = False  # the last barrier timed out: the next grouper run is its retry
     running_cause: RebalanceCause | None = None  # why the grouper in flight runs
+    probing: bool = False  # the model in force is not the grouper's fixed point
+    probe_at: float | None = None  # when the next probing rebalance is due
 
     def __post_init__(self) -> None:
         self.bench = Bench(self.settings.exclusion_s)
@@ -168,7 +174,7 @@ class LeaderMachine:
         if not self.leader:
             return []  # a follower (or a deposed leader's late event) decides nothing
         if isinstance(event, MembershipChanged):
-            self._membership(event.processors, event.now)
+            self._membership(event.processors, event.capacity, event.now)
         elif isinstance(event, LocalityChanged):
             self.task_locality = dict(event.task_locality)
             return []
@@ -193,13 +199,16 @@ class LeaderMachine:
         self.vanished.clear()
         self.bench.clear()
         self.retry, self.running_cause = False, None
+        self.probing, self.probe_at = False, None
 
     def _gain(self, event: LeadershipGained) -> list[Action]:
         self._reset()
         self.leader = True
         self.processors = dict(event.processors)
+        self.capacity = dict(event.capacity)
         self.task_locality = dict(event.task_locality)
         self.in_force = event.in_force
+        self.probing = event.in_force is not None  # unknown: probe once (if probing is on)
         self.latest_version = max(
             event.latest.version if event.latest else 0,
             event.in_force.version if event.in_force else 0,
@@ -214,8 +223,8 @@ class LeaderMachine:
             # A rebalance was in flight when the previous leader went: see it through.
             expected = frozenset(latest.containers)
             deadline = event.now + self.settings.barrier_timeout_s
-            self.pending = PendingBarrier(
-                latest, expected, deadline, event.now, event.latest_participants
+            self.pending = PendingBarrier(  # final or not: unknown, so it probes once
+                latest, expected, deadline, event.now, event.latest_participants, settled=False
             )
             actions += self._barrier(
                 BarrierUpdated(event.now, latest.version, event.latest_participants)
@@ -225,10 +234,12 @@ class LeaderMachine:
         self._note_vanished(event.now)
         return actions + self._tick(event.now)
 
-    def _membership(self, processors: Mapping[str, str], now: float) -> None:
-        if dict(processors) == self.processors:
+    def _membership(
+        self, processors: Mapping[str, str], capacity: Mapping[str, int], now: float
+    ) -> None:
+        if dict(processors) == self.processors and dict(capacity) == self.capacity:
             return
-        self.processors = dict(processors)
+        self.processors, self.capacity = dict(processors), dict(capacity)
         self._dirty(now)
         self._note_vanished(now)
 
@@ -249,6 +260,7 @@ class LeaderMachine:
         if pending.expected <= pending.joined:
             self.pending = None
             self.in_force = pending.model
+            self.probing, self.probe_at = not pending.settled, None
             # The processors now write their tasks' locations (I4): the same as the model's.
             self.task_locality.update(task_locations(pending.model))
             self._note_vanished(event.now)
@@ -277,14 +289,16 @@ class LeaderMachine:
         except BadAnswer as exc:
             return [GrouperFailed(event.request, str(exc))]
         candidate = JobModel(self.latest_version + 1, FrozenMap(containers), FrozenMap(self.config))
+        final = settled(self.tasks, metadata, containers, event.recheck)
         in_force = self.in_force
         unchanged = in_force is not None and candidate.same_assignment(in_force)
         if unchanged and in_force is not None and self.latest_version == in_force.version:
+            self.probing = not final  # the recheck of the model in force itself
             return [RebalanceSkipped("the new assignment equals the model in force")]
         if drops_every_task(in_force, candidate) and not self.settings.allow_dropping_all_tasks:
             assert in_force is not None
             return [ModelRefused(event.request, drop_all_reason(in_force, candidate))]
-        return [self._publish(candidate, metadata, event.now, cause)]
+        return [self._publish(candidate, metadata, event.now, cause, final)]
 
     def _publish(
         self,
@@ -292,10 +306,12 @@ class LeaderMachine:
         metadata: GrouperMetadata,
         now: float,
         cause: RebalanceCause | None,
+        final: bool,
     ) -> Action:
         self.latest_version = candidate.version
         # No deadline until the adapter reports the publish done (``Published``).
-        self.pending = PendingBarrier(candidate, frozenset(candidate.containers), math.inf, now)
+        expected = frozenset(candidate.containers)
+        self.pending = PendingBarrier(candidate, expected, math.inf, now, settled=final)
         action = publish_action(
             candidate, self.in_force, metadata, self.processors, self.task_locality
         )
@@ -316,43 +332,7 @@ class LeaderMachine:
         )
 
     def _metadata(self) -> GrouperMetadata:
-        return grouper_metadata(self.in_force, self.eligible, self.task_locality)
-
-    def _due(self, now: float) -> float | None:
-        """When the dirty job should be rebalanced (None: it is not dirty), grace included."""
-        s = self.settings
-        due = debounce_due(self.dirty_since, self.last_change, s.debounce_s, s.debounce_max_s)
-        if due is None:
-            return None
-        known = self.in_force.containers if self.in_force else {}
-        wait = grace_until(self.vanished, self.processors, known, s.processor_grace_s, now)
-        return due if wait is None else max(due, wait)
-
-    def _time_out(self, pending: PendingBarrier, now: float) -> list[Action]:
-        """Mark the pending barrier TIMED_OUT, bench who let its deadline pass (when others
-        joined), and make the job due at once."""
-        self.pending = None
-        actions: list[Action] = [
-            MarkBarrier(pending.model.version, BarrierState.TIMED_OUT, now - pending.published_at),
-            self._retention(),
-        ]
-        if now >= pending.deadline and pending.joined:
-            missing = pending.expected - pending.joined
-            benched = self.bench.missed(missing, self.processors, now)
-            actions += [
-                ProcessorBenched(pid, pending.model.version, misses, until)
-                for pid, (misses, until) in benched.items()
-            ]
-        settle = max(self.settings.debounce_s, self.settings.debounce_max_s)
-        self.dirty_since = self.last_change = now - settle
-        self.retry = True
-        return actions
-
-    def _readmit(self, now: float) -> list[Action]:
-        released = self.bench.release(self.processors, now)
-        if any(pid in self.processors for pid in released):
-            self._dirty(now)
-        return [ProcessorReadmitted(pid, why) for pid, why in released.items()]
+        return grouper_metadata(self.in_force, self.eligible, self.task_locality, self.capacity)
 
     def _tick(self, now: float) -> list[Action]:
         actions: list[Action] = []
@@ -374,16 +354,20 @@ class LeaderMachine:
             return actions
         due = self._due(now)
         if due is None:
-            return actions
+            return actions + self._probe(now)
         if now < due:
             return [*actions, ScheduleWakeup(due)]
         cause = rebalance_cause(now, self, [v.since for v in self.vanished.values()])
         self.dirty_since = self.last_change = None
+        return actions + self._run(cause)
+
+    def _run(self, cause: RebalanceCause) -> list[Action]:
+        self.probe_at = None  # a probe is due again an interval after this run, if need be
         if not self.eligible:
-            return [*actions, RebalanceSkipped("no live processor")]
+            return [RebalanceSkipped("no live processor")]
         self.retry, self.running_cause = False, cause
         self.requests += 1
         self.running = self.requests
         self.running_metadata = self._metadata()
-        request = RunGrouper(self.running, self.tasks, self.running_metadata, cause.trigger)
-        return [*actions, request]
+        recheck = self.settings.probing_interval_s > 0
+        return [RunGrouper(self.running, self.tasks, self.running_metadata, cause.trigger, recheck)]

@@ -5,7 +5,7 @@ returns. Plain frozen data, no behaviour."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from coordinator.protocol.leader_trigger import RebalanceCause, Trigger
@@ -59,6 +59,9 @@ class CoordinatorSettings:
     allow_dropping_all_tasks: bool = False
     # A processor that misses a barrier is left out of the models this long (0: never).
     exclusion_s: float = 300.0
+    # While the model in force is not the grouper's fixed point (warm-ups pending, moves held
+    # back), rebalance again this often (0: never; see coordinator.protocol.leader_probing).
+    probing_interval_s: float = 0.0
 
 
 # ------------------------------------------------------------------------------------ events
@@ -76,6 +79,7 @@ class LeadershipGained:
     latest_barrier: BarrierState | None = None
     latest_participants: frozenset[str] = frozenset()
     in_force: JobModel | None = None
+    capacity: Mapping[str, int] = field(default_factory=dict)  # live processor id -> capacity
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class LeadershipLost:
 class MembershipChanged:
     now: float
     processors: Mapping[str, str]  # live processor id -> location id
+    capacity: Mapping[str, int] = field(default_factory=dict)  # absent: 1
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,9 @@ class GrouperFinished:
     request: int
     containers: object = None  # the grouper's answer (checked here), or None with ``error``
     error: str | None = None
+    # With RunGrouper.recheck: the grouper's answer to recheck_metadata(metadata, containers)
+    # (coordinator.protocol.leader_probing), None if not asked or it failed.
+    recheck: object = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,7 @@ class RunGrouper:
     tasks: tuple[TaskModel, ...]
     metadata: GrouperMetadata
     trigger: Trigger | None = None  # why it runs (coordinator.protocol.leader_trigger)
+    recheck: bool = False  # also run it on the answer (GrouperFinished.recheck): is it final?
 
 
 @dataclass(frozen=True)
@@ -238,10 +247,13 @@ Action = (
 L = LeaderState
 _LEADING = (L.IDLE, L.DEBOUNCING, L.GROUPING, L.BARRIER)
 _AFTER_TICK = frozenset({L.IDLE, L.DEBOUNCING, L.GROUPING})
+_PROBE = frozenset({L.IDLE, L.GROUPING})
 
 #: (state, event type) -> the states the event may lead to. Events a follower gets are ignored.
 #: A benched processor let back in (cool-down over, registered again) makes an IDLE job dirty:
-#: TimePassed and MembershipChanged may lead from IDLE to DEBOUNCING or GROUPING.
+#: TimePassed and MembershipChanged may lead from IDLE to DEBOUNCING or GROUPING. A probing
+#: rebalance comes due at any tick of an IDLE leader whose model in force is not settled:
+#: every event that ticks may lead from IDLE to GROUPING.
 TRANSITIONS: dict[tuple[LeaderState, type[Event]], frozenset[LeaderState]] = {
     **{(s, LeadershipGained): frozenset(_LEADING) for s in (L.FOLLOWER, *_LEADING)},
     **{(s, LeadershipLost): frozenset({L.FOLLOWER}) for s in (L.FOLLOWER, *_LEADING)},
@@ -251,9 +263,10 @@ TRANSITIONS: dict[tuple[LeaderState, type[Event]], frozenset[LeaderState]] = {
     },
     **{(L.GROUPING, e): frozenset({L.GROUPING}) for e in (MembershipChanged, TimePassed)},
     (L.GROUPING, GrouperFinished): frozenset({*_AFTER_TICK, L.BARRIER}),
-    **{(s, BarrierUpdated): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
-    **{(s, GrouperFinished): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.BARRIER)},
-    **{(s, Published): frozenset({s}) for s in (L.IDLE, L.DEBOUNCING, L.GROUPING)},
+    **{(s, BarrierUpdated): frozenset({s}) for s in (L.DEBOUNCING, L.GROUPING)},
+    **{(s, GrouperFinished): frozenset({s}) for s in (L.DEBOUNCING, L.BARRIER)},
+    **{(s, Published): frozenset({s}) for s in (L.DEBOUNCING, L.GROUPING)},
+    **{(L.IDLE, e): _PROBE for e in (BarrierUpdated, GrouperFinished, Published)},
     (L.BARRIER, Published): frozenset({*_AFTER_TICK, L.BARRIER}),
     **{
         (L.BARRIER, e): frozenset({*_AFTER_TICK, L.BARRIER})

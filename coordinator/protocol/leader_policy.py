@@ -85,12 +85,17 @@ def drop_all_reason(in_force: JobModel, candidate: JobModel) -> str:
 
 
 def grouper_metadata(
-    in_force: JobModel | None, processors: Mapping[str, str], task_locality: Mapping[str, str]
+    in_force: JobModel | None,
+    processors: Mapping[str, str],
+    task_locality: Mapping[str, str],
+    capacity: Mapping[str, int] | None = None,
 ) -> GrouperMetadata:
-    """What the grouper is given: the processors a model may name, the recorded locality and
-    the assignment of the model in force."""
+    """What the grouper is given: the processors a model may name (with their capacity), the
+    recorded locality and the assignment of the model in force."""
+    capacity = capacity or {}
     return GrouperMetadata(
         processor_locality=dict(processors),
+        processor_capacity={pid: capacity[pid] for pid in processors if pid in capacity},
         task_locality=dict(task_locality),
         previous_task_to_processor=in_force.task_to_processor() if in_force else {},
         previous_task_to_ssps=(
@@ -166,6 +171,7 @@ class PendingBarrier:
     deadline: float
     published_at: float
     joined: frozenset[str] = frozenset()
+    settled: bool = True  # the grouper's fixed point (coordinator.protocol.leader_probing)
 
 
 def task_locations(model: JobModel) -> dict[str, str]:

@@ -18,9 +18,10 @@ trigger                when
 ``assignment changed``  none of the above (e.g. the task set changed)
 =====================  ============================================================
 
-``probing`` and ``inherited`` are never chosen here: ``probing`` is reserved for the follow-up
-rebalances of warm-up replicas, ``inherited`` names a rebalance a previous leader published and
-this one saw through (the adapter knows no trigger or phases for it).
+``probing`` and ``inherited`` are never chosen here: ``probing`` names the follow-up
+rebalances the leader machine runs while the model in force is not the grouper's final answer
+(:mod:`coordinator.protocol.leader_probing`), ``inherited`` names a rebalance a previous leader
+published and this one saw through (the adapter knows no trigger or phases for it).
 """
 
 from __future__ import annotations

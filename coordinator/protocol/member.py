@@ -35,6 +35,11 @@ DESIGN.md "Data flow" and invariants I3 and I4 all live here:
 5. **Start on DONE.** When barrier ``v`` is DONE the member starts the tasks new to it
    (:class:`StartTasks`) and writes their locality (:class:`WriteLocality`, I4). TIMED_OUT starts
    nothing: the leader generates the next version at once.
+5b. **Standby replicas follow the same DONE.** The standbys ``v`` gives the member (its
+   container's ``standby_tasks``) replace the ones it kept: on DONE it first stops those ``v``
+   drops or promotes to active here (:class:`StopStandbys`), then starts its new tasks, then the
+   new standbys (:class:`StartStandbys`). A member that ``v`` does not name stops them at once.
+   A standby is never a running task (the grouper never puts both copies on one processor).
 6. **Retry a failed step.** A store error while following (:class:`StoreFailed`) forgets what was
    seen and asks for a resync after a pause (:class:`ScheduleResync`); :class:`ResyncDue` reads
    the latest version again (:class:`FetchLatestVersion`), even the one that just failed.
@@ -88,7 +93,9 @@ from coordinator.protocol.member_events import (
     ScheduleResync,
     SessionLost,
     Shutdown,
+    StartStandbys,
     StartTasks,
+    StopStandbys,
     StopTasks,
     StoreFailed,
     Unregister,
@@ -176,6 +183,9 @@ class MemberMachine:
     joined_early: bool = False
     target: dict[str, TaskModel] = field(default_factory=dict)  # v's tasks (JOINED)
     target_version: int | None = None
+    standbys: dict[str, TaskModel] = field(default_factory=dict)  # replicas kept warm here
+    standby_version: int | None = None
+    target_standbys: dict[str, TaskModel] = field(default_factory=dict)  # v's standbys
     checks_left: int = 0  # looks left at an older duplicate registration (DUPLICATE)
     fence_after_s: float | None = None  # None: never fence (7b)
     suspension: int = 0  # how many suspensions so far (names the fence that is due)
@@ -253,7 +263,7 @@ class MemberMachine:
             return []
         self.seen_version = version
         self.reading, self.joined_early = version, False
-        self.target, self.target_version = {}, None
+        self.target, self.target_version, self.target_standbys = {}, None, {}
         self.state = S.READING
         return [ReadManifest(version)]
 
@@ -288,8 +298,9 @@ class MemberMachine:
                 del self.running[name]
         if event.tasks is None:
             self.state = S.FOLLOWING
-            return actions
+            return actions + self._stop_standbys(self.standbys, "not in the model")
         self.target, self.target_version = mine, version
+        self.target_standbys = dict(event.standbys)
         if not early:
             actions.append(JoinBarrier(version, early=False))
         self.state = S.JOINED
@@ -301,14 +312,18 @@ class MemberMachine:
             BarrierState.TIMED_OUT,
         ):
             return []
-        mine, version = self.target, event.version
-        self.target, self.target_version = {}, None
+        mine, version, standbys = self.target, event.version, self.target_standbys
+        self.target, self.target_version, self.target_standbys = {}, None, {}
         self.state = S.FOLLOWING
         if event.state != BarrierState.DONE:
             return []  # TIMED_OUT: start nothing, the leader generates again at once
         arriving = tasks_changed(mine, self.running)  # in ``mine``, new or changed
         self.running, self.running_version = dict(mine), version
-        return [StartTasks(version, arriving, dict(mine)), WriteLocality(version, tuple(mine))]
+        actions = self._stop_standbys(tasks_changed(self.standbys, standbys), "dropped")
+        new_standbys = tasks_changed(standbys, self.standbys)
+        self.standbys, self.standby_version = dict(standbys), version
+        actions += [StartTasks(version, arriving, dict(mine)), WriteLocality(version, tuple(mine))]
+        return actions + ([StartStandbys(version, new_standbys)] if new_standbys else [])
 
     # ------------------------------------------------------------------- failures
 
@@ -331,16 +346,25 @@ class MemberMachine:
     # ------------------------------------------------------------------- helpers
 
     def _stop_all(self, reason: str) -> list[MemberAction]:
+        standbys = self._stop_standbys(self.standbys, reason)
         if not self.running:
-            return []
+            return standbys
         stopping = StopTasks(self.running_version, dict(self.running), reason)
         self.running = {}
+        return [*standbys, stopping]
+
+    def _stop_standbys(self, tasks: dict[str, TaskModel], reason: str) -> list[MemberAction]:
+        """Stop keeping ``tasks`` (some of :attr:`standbys`) warm."""
+        if not tasks:
+            return []
+        stopping = StopStandbys(self.standby_version, dict(tasks), reason)
+        self.standbys = {n: t for n, t in self.standbys.items() if n not in tasks}
         return [stopping]
 
     def _forget(self) -> None:
         self.seen_version = -1
         self.reading, self.joined_early = None, False
-        self.target, self.target_version = {}, None
+        self.target, self.target_version, self.target_standbys = {}, None, {}
 
 
 _HANDLER_NAMES: dict[type[MemberEvent], str] = {

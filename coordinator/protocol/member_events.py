@@ -4,7 +4,7 @@ events an adapter feeds it and the actions it returns. Plain frozen data, no beh
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from metadata.model import BarrierState, TaskModel
@@ -33,7 +33,9 @@ __all__ = [
     "ScheduleResync",
     "SessionLost",
     "Shutdown",
+    "StartStandbys",
     "StartTasks",
+    "StopStandbys",
     "StopTasks",
     "StoreFailed",
     "Unregister",
@@ -116,6 +118,7 @@ class ManifestMissing:
 class ContainerRead:
     version: int
     tasks: Mapping[str, TaskModel] | None  # None: the version does not name this member
+    standbys: Mapping[str, TaskModel] = field(default_factory=dict)  # its standby replicas
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,23 @@ class StartTasks:
 
 
 @dataclass(frozen=True)
+class StopStandbys:
+    """Stop keeping these standby replicas warm (dropped, promoted to active, or stopping)."""
+
+    version: int | None  # the version they were standbys under
+    tasks: Mapping[str, TaskModel]
+    reason: str  # "dropped", "session lost", "shutdown", "not in the model"
+
+
+@dataclass(frozen=True)
+class StartStandbys:
+    """Start keeping these standby replicas warm (their lag is the runtime's to report)."""
+
+    version: int
+    tasks: Mapping[str, TaskModel]  # the standbys new to this member
+
+
+@dataclass(frozen=True)
 class WriteLocality:
     version: int
     tasks: Collection[str]  # the member's tasks: their location is the member's
@@ -258,6 +278,8 @@ MemberAction = (
     | WatchBarrier
     | StopTasks
     | StartTasks
+    | StopStandbys
+    | StartStandbys
     | WriteLocality
     | ScheduleResync
     | ScheduleFence

@@ -23,9 +23,15 @@ __all__ = ["canonical", "check_grouper"]
 
 
 def canonical(containers: Collection[ContainerModel]) -> str:
-    """A canonical text of an answer: sorted JSON of processor -> location and task names."""
+    """A canonical text of an answer: sorted JSON of processor -> location and task names (and
+    standby task names, when it has standbys)."""
     return json.dumps(
-        {c.processor_id: [c.location_id, sorted(c.tasks)] for c in containers}, sort_keys=True
+        {
+            c.processor_id: [c.location_id, sorted(c.tasks)]
+            + ([sorted(c.standby_tasks)] if c.standby_tasks else [])
+            for c in containers
+        },
+        sort_keys=True,
     )
 
 
@@ -48,6 +54,11 @@ def _shuffled(data: GrouperInput, rng: random.Random) -> GrouperInput:
             shuffle_map(md.task_locality),
             shuffle_map(md.previous_task_to_processor),
             dict(old_ssps),
+            dict(reversed(list(md.processor_capacity.items()))),
+            {
+                name: dict(reversed(list(lags.items())))
+                for name, lags in reversed(list(md.task_state.items()))
+            },
         ),
     )
 
@@ -125,11 +136,19 @@ def check_grouper(
 
     ``virtual_examples`` (default: half of ``max_examples``) SEP-32 split/merge inputs from
     :func:`virtual_grouper_inputs` are checked on top of the ``max_examples`` ordinary ones.
+    Half of the ordinary inputs carry ``processor_capacity`` and ``task_state`` (the replicas
+    fields); a grouper that returns standby replicas has them checked by :func:`validate`
+    (never on the task's active processor, only tasks of the job) and by the purity checks.
     """
     _check_edge_cases(grouper)
     rng = random.Random(1234)
     collected = _check_drawn(
-        grouper, grouper_inputs(), max_examples, rng, keep=subprocess_examples, twice=True
+        grouper,
+        grouper_inputs(replicas=None),
+        max_examples,
+        rng,
+        keep=subprocess_examples,
+        twice=True,
     )
     extra = max_examples // 2 if virtual_examples is None else virtual_examples
     if extra > 0:

@@ -8,7 +8,7 @@ and sometimes stale or unknown; :func:`virtual_grouper_inputs` draws a SEP-32 sp
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
@@ -41,14 +41,26 @@ def locations(draw: st.DrawFn, scheme: str = "mixed") -> str:
 
 
 @st.composite
-def task_models(draw: st.DrawFn, max_tasks: int = 40) -> list[TaskModel]:
-    """Distinct tasks named like Samza's ``Partition N``, one SSP each."""
+def task_models(draw: st.DrawFn, max_tasks: int = 40, streams: int = 1) -> list[TaskModel]:
+    """Distinct tasks named like Samza's ``Partition N``, one SSP each: of stream ``events``,
+    or with ``streams`` > 1 of one of ``s0`` .. ``s{streams-1}`` each (drawn)."""
     count = draw(st.integers(0, max_tasks))
     numbers = draw(
         st.lists(st.integers(0, 10 * max_tasks + 10), min_size=count, max_size=count, unique=True)
     )
+    names = [f"s{i}" for i in range(streams)]
     return [
-        TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
+        TaskModel(
+            f"Partition {n}",
+            frozenset(
+                {
+                    SystemStreamPartition(
+                        "kafka", draw(st.sampled_from(names)) if streams > 1 else "events", n
+                    )
+                }
+            ),
+            n,
+        )
         for n in numbers
     ]
 
@@ -66,13 +78,18 @@ def grouper_inputs(
     max_processors: int = 8,
     min_processors: int = 1,
     schemes: Collection[str] = ("flat", "hierarchical", "mixed"),
+    replicas: bool | None = False,
+    streams: int = 1,
 ) -> GrouperInput:
     """Tasks plus metadata: a previous assignment over live and vanished processors.
 
-    Each example uses one location scheme from ``schemes`` (see :func:`locations`).
+    Each example uses one location scheme from ``schemes`` (see :func:`locations`). With
+    ``replicas`` (None: drawn per example) the metadata also carries ``processor_capacity``
+    (1 to 4) and ``task_state`` (copies of some tasks on live or vanished processors, lag 0 to 3).
+    With ``streams`` > 1 the tasks read several streams (see :func:`task_models`).
     """
     scheme = draw(st.sampled_from(sorted(schemes)))
-    tasks = draw(task_models(max_tasks=max_tasks))
+    tasks = draw(task_models(max_tasks=max_tasks, streams=streams))
     live_count = draw(st.integers(min_processors, max_processors))
     gone_count = draw(st.integers(0, 3))
     live = [f"p-{i}" for i in range(live_count)]
@@ -96,7 +113,24 @@ def grouper_inputs(
         task_locality=task_locality,
         previous_task_to_processor=previous,
     )
+    if replicas or (replicas is None and draw(st.booleans())):
+        capacity, state = draw(_replica_fields(tasks, live, owners))
+        metadata = replace(metadata, processor_capacity=capacity, task_state=state)
     return GrouperInput(tasks, metadata)
+
+
+@st.composite
+def _replica_fields(
+    draw: st.DrawFn, tasks: list[TaskModel], live: list[str], holders: list[str]
+) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """``processor_capacity`` and ``task_state`` for :func:`grouper_inputs`."""
+    capacity = {pid: draw(st.integers(1, 4)) for pid in live if draw(st.booleans())}
+    state: dict[str, dict[str, int]] = {}
+    for task in tasks if holders else ():
+        copies = draw(st.lists(st.sampled_from(holders), max_size=2, unique=True))
+        if copies:
+            state[task.name] = {pid: draw(st.integers(0, 3)) for pid in copies}
+    return capacity, state
 
 
 def _virtual_tasks(partitions: int, factor: int) -> list[TaskModel]:

@@ -17,6 +17,8 @@
       checkpoints/<system>.<stream>.<partition>   JSON {"format", "factor", "offsets"}: the input
                                           offsets of that stream partition's key buckets
       history/rebalance-<version>         JSON: one decided rebalance (the last N are kept)
+      standbyLag/<processor id>/<task name>   the lag of that processor's standby copy of the
+                                          task (decimal text, 0 = caught up); both URL-encoded
 
 Checkpoint node names join the URL-encoded system and stream (dots encoded too, as ``%2E``) and
 the partition number with dots: ``kafka.events.3``, ``my%2Esystem.page%20views.0``.
@@ -200,6 +202,16 @@ class JobLayout:
     def history_entry(self, version: int) -> str:
         return f"{self.history}/rebalance-{version}"
 
+    @property
+    def standby_lag(self) -> str:
+        return f"{self.folder}/standbyLag"
+
+    def standby_lag_folder(self, processor_id: str) -> str:
+        return f"{self.standby_lag}/{encode_name(processor_id)}"
+
+    def standby_lag_entry(self, processor_id: str, task_name: str) -> str:
+        return f"{self.standby_lag_folder(processor_id)}/{encode_name(task_name)}"
+
     def containers(self) -> tuple[str, ...]:
         """The persistent folders :meth:`ZkMetadataStore.ensure_layout` creates, parents first."""
         return (
@@ -211,4 +223,5 @@ class JobLayout:
             self.election,
             self.checkpoints,
             self.history,
+            self.standby_lag,
         )

@@ -16,6 +16,8 @@ attribute                recipe                 ZooKeeper nodes, what it does
 ``store.checkpoints``    ``CheckpointStore``    ``checkpoints/``: input offsets (SEP-32)
 ``store.history``        ``RebalanceHistory``   ``history/``: the last N rebalances (leader,
                                                 fenced)
+``store.standby_lag``    ``StandbyLagStore``    ``standbyLag/``: each processor's standby
+                                                copies' lag, differential writes
 =======================  =====================  ===========================================
 
 Every error is a :class:`~metadata.errors.MetadataError` (see :mod:`metadata.zk.errors` and
@@ -46,6 +48,7 @@ from metadata.zk.recipe.history import RebalanceHistory
 from metadata.zk.recipe.jobmodels import JobModelStore
 from metadata.zk.recipe.locality import TaskLocalityStore
 from metadata.zk.recipe.processors import ProcessorRegistry
+from metadata.zk.recipe.standby_lag import StandbyLagStore
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "DEPRECATED_NAMES", "MAX_CHUNK_SIZE", "ZkMetadataStore"]
 
@@ -114,10 +117,11 @@ class ZkMetadataStore:
         store.barriers.join(model.version, "p-1")
 
     The recipes are the attributes ``processors``, ``locality``, ``job_models``, ``barriers``,
-    ``epochs``, ``checkpoints`` and ``history`` (see the module docstring); besides them the
-    store has ``layout`` (every path), ``run_id``, ``client``, ``election_path`` (for kazoo's
-    Election recipe), the counters ``ops`` (write operations: creates, sets, deletes, inside
-    transactions too), ``reads`` and ``transactions``, and :meth:`ensure_layout`,
+    ``epochs``, ``checkpoints``, ``history`` and ``standby_lag`` (see the module docstring);
+    besides them the store has ``layout`` (every path), ``run_id``, ``client``,
+    ``election_path`` (for kazoo's Election recipe), the counters ``ops`` (write operations:
+    creates, sets, deletes, inside transactions too), ``reads`` and ``transactions``, and
+    :meth:`ensure_layout`,
     :meth:`job_exists`, :meth:`sync`, :meth:`close`. The recipes' ``watch*`` methods return a
     :class:`~metadata.zk.watch.Watch` whose ``stop()`` ends the callbacks; callbacks run on
     kazoo's event thread and must not block for long.
@@ -165,6 +169,7 @@ class ZkMetadataStore:
         self.barriers = Barriers(self._ops, self.layout, self.epochs)
         self.checkpoints = CheckpointStore(self._ops, self.layout)
         self.history = RebalanceHistory(self._ops, self.layout, self.epochs)
+        self.standby_lag = StandbyLagStore(self._ops, self.layout)
         self.job_models = JobModelStore(
             self._ops,
             self.layout,

@@ -189,6 +189,7 @@ CUSTOM_CONFIG: dict[str, Any] = {
             "processor_grace_ms": 120000,
             "retention": 5,
             "http_port": 9090,
+            "probing_rebalance_interval_ms": 30000,
         },
         "logging": {"format": "json", "level": "debug"},
     },
@@ -774,6 +775,7 @@ def test_custom_config_loads_with_load_config(helm: str, tmp: Path) -> None:
     assert config.coordinator.processor_grace_ms == 120000
     assert config.coordinator.retention == 5
     assert config.coordinator.http_port == 9090
+    assert config.coordinator.probing_rebalance_interval_ms == 30000
     assert config.logging.level == "debug"
 
 
@@ -998,3 +1000,22 @@ def test_install_script_refuses_a_helm_with_the_wrong_hash(script_sandbox: Path)
     assert result.returncode != 0
     assert "sha256" in result.stderr and HELM_SHA256 in result.stderr
     assert (bin_dir / "helm").read_bytes() == b"an old, wrong helm", "nothing installed"
+
+
+@pytest.mark.parametrize(("value", "ok"), [(0, True), (100, True), (50, False), (86400001, False)])
+def test_the_probing_interval_is_bounded_in_the_chart_as_in_the_config(
+    helm: str, tmp: Path, value: int, ok: bool
+) -> None:
+    values = {"config": {"coordinator": {"probing_rebalance_interval_ms": value}}}
+    result = _template(helm, tmp, values)
+    assert (result.returncode == 0) is ok, result.stderr
+    data = {
+        "job": {"name": "clicks"},
+        "inputs": [{"system": "k", "stream": "s", "partitions": 1}],
+        "coordinator": {"probing_rebalance_interval_ms": value},
+    }
+    if ok:
+        load_config(data=data, environ={})
+    else:
+        with pytest.raises(ConfigError, match="probing_rebalance_interval_ms"):
+            load_config(data=data, environ={})

@@ -98,3 +98,25 @@ def test_a_warm_worker_answers_by_name_without_a_process_start(worker_factory) -
     for _ in range(3):
         assert worker.run(TASKS, METADATA, 30).containers == first.containers
     assert worker.pid == pid and len(restarts) == 1
+
+
+def test_standbys_and_replica_metadata_cross_to_the_worker_and_back(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    from groupers import get_grouper
+
+    metadata = GrouperMetadata(
+        {"p-0": "zone-a/h-a", "p-1": "zone-b/h-b", "p-2": "zone-b/h-c"},
+        {},
+        {},
+        processor_capacity={"p-0": 2},
+        task_state={"Partition 0": {"p-2": 0}, "Partition 1": {"p-1": 5}},
+    )
+    options = {"standby_replicas": 1}
+    worker = GrouperWorker("host-affinity", options)
+    try:
+        outcome = worker.run(TASKS, metadata, 30)
+    finally:
+        worker.close()
+    assert outcome.error is None
+    expected = get_grouper("host-affinity", **options).group(TASKS, metadata)
+    assert outcome.containers == expected
+    assert sum(len(c.standby_tasks) for c in outcome.containers) == len(TASKS)  # type: ignore[union-attr]

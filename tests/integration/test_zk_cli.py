@@ -57,7 +57,13 @@ def model(version: int) -> JobModel:
         "p-2": ContainerModel(
             "p-2", "zone-b/node-2", {t.name: t for t in map(task, range(1, 12, 2))}
         ),
-        "p-3": ContainerModel("p-3", "zone-b/node-3", {}),
+        "p-3": ContainerModel(
+            "p-3",
+            "zone-b/node-3",
+            {},
+            # version 2 keeps standby replicas of p-1's first two tasks on p-3
+            {t.name: t for t in map(task, (0, 2))} if version == 2 else {},
+        ),
     }
     return JobModel(version, FrozenMap(containers), FrozenMap({"job.name": "clicks"}))
 
@@ -106,6 +112,7 @@ def test_jobmodel_show_json_is_the_job_model_format(
     assert document.model == model(2)
     assert (document.run_id, document.grouper) == ("r1", "host-affinity")
     assert json.loads(result.stdout)["format"] == 1
+    assert json.loads(result.stdout)["containers"]["p-3"]["standby_tasks"]  # standbys in the JSON
 
 
 def test_jobmodel_show_a_given_version(running_job: tuple[Path, ZkMetadataStore]) -> None:
@@ -123,9 +130,9 @@ def test_jobmodel_show_summary(running_job: tuple[Path, ZkMetadataStore]) -> Non
     out = result.stdout
     assert "job model version 2 (latest 2), run r1, grouper host-affinity" in out
     assert "barrier 2: DONE, 3 of 3 expected processors joined" in out
-    assert "3 processors, 12 tasks" in out
+    assert "3 processors, 12 tasks, 2 standby replicas" in out
     assert "p-1  zone-a/node-1  6 tasks: Partition 0, Partition 2, Partition 4" in out
-    assert "p-3  zone-b/node-3  0 tasks" in out
+    assert "p-3  zone-b/node-3  0 tasks; standby 2: Partition 0, Partition 2" in out
     assert result.stderr == ""
 
 
@@ -138,10 +145,13 @@ def test_locality_show(running_job: tuple[Path, ZkMetadataStore]) -> None:
     assert json.loads(as_json.stdout) == {
         "processors": {"p-1": "zone-a/node-1", "p-2": "zone-b/node-2"},
         "tasks": {"Partition 0": "zone-a/node-1", "Partition 1": "zone-b/node-2"},
+        "standbys": {"p-3": ["Partition 0", "Partition 2"]},
     }
     assert summary.returncode == 0, summary.stderr
     assert "2 live processors" in summary.stdout
     assert "2 tasks with locality, at 2 locations" in summary.stdout
+    assert "standby replicas (2, latest job model):" in summary.stdout
+    assert "p-3  2 tasks: Partition 0, Partition 2" in summary.stdout
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:

@@ -42,6 +42,22 @@ def test_register_and_read_processor_locality(zk_store: ZkMetadataStore) -> None
     assert zk_store.client.exists(node).ephemeralOwner == zk_store.client.client_id[0]
 
 
+def test_a_registration_carries_its_capacity(zk_store: ZkMetadataStore) -> None:
+    zk_store.processors.register("p-1", "zone-a/node-1", capacity=4)
+    zk_store.processors.register("p-2", "zone-b/node-2")
+
+    live, _ = zk_store.processors.read()
+
+    assert [(r.processor_id, r.capacity) for r in live] == [("p-1", 4), ("p-2", 1)]
+    assert zk_store.processors.members() == (
+        {"p-1": "zone-a/node-1", "p-2": "zone-b/node-2"},
+        {"p-1": 4, "p-2": 1},
+    )
+    for bad in (0, -1, True, "4", 1.5):
+        with pytest.raises(ValueError, match="capacity should be an integer >= 1"):
+            zk_store.processors.register("p-3", "zone-c/node-3", capacity=bad)
+
+
 def test_duplicate_processor_id_older_registration_wins(
     zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
 ) -> None:
@@ -107,6 +123,14 @@ def test_unregister_and_stopped_watch(zk_store: ZkMetadataStore) -> None:
         (b"{not json", "not valid JSON"),
         (json.dumps({"processor_id": "p-9"}).encode(), "location_id"),
         (b"[1, 2]", "not a JSON object"),
+        (
+            json.dumps({"processor_id": "p-9", "location_id": "x", "capacity": 0}).encode(),
+            "capacity should be an integer >= 1",
+        ),
+        (
+            json.dumps({"processor_id": "p-9", "location_id": "x", "capacity": "4"}).encode(),
+            "capacity should be an integer >= 1",
+        ),
     ],
 )
 def test_a_malformed_registration_is_skipped_logged_with_its_node_and_listed(

@@ -8,7 +8,13 @@ from benchdoc import run_quick
 
 from groupers.testing.scenarios import SCENARIO_KINDS
 
-GROUPERS = ["host-affinity", "kafka sticky", "hash ring", "round-robin"]
+GROUPERS = [
+    "host-affinity",
+    "host-affinity standby_replicas=1",
+    "kafka sticky",
+    "hash ring",
+    "round-robin",
+]
 
 
 def _table_rows(markdown: str) -> list[list[str]]:
@@ -28,8 +34,8 @@ def test_quick_benchmark_writes_every_scenario_row(tmp_path: Path) -> None:
             for grouper in GROUPERS:
                 assert (kind, layout, grouper) in seen, (kind, layout, grouper)
     # Our grouper's rows carry numbers, and they meet the yardsticks the benchmark reports.
-    ours = [r for r in rows if r[4] == "host-affinity"]
-    assert len(ours) == len(SCENARIO_KINDS) * 2
+    ours = [r for r in rows if r[4] in ("host-affinity", "host-affinity standby_replicas=1")]
+    assert len(ours) == len(SCENARIO_KINDS) * 2 * 2
     for r in ours:
         moved, lower, kept, best, spread = int(r[5]), int(r[6]), int(r[7]), r[8], int(r[9])
         assert moved == lower, r

@@ -103,6 +103,14 @@ def test_plan_summary_reports_moves_locality_and_balance(
         ),
         ({"tasks": ["a"]}, "no live processor"),
         ({"tasks": [], "version": -1}, "version: expected a whole number"),
+        (
+            {"tasks": ["a"], "processor_locality": {"p": "h"}, "processor_capacity": {"p": 0}},
+            "processor_capacity of 'p' must be an integer >= 1",
+        ),
+        (
+            {"tasks": ["a"], "processor_locality": {"p": "h"}, "task_state": {"a": {"p": "x"}}},
+            "a.p: expected a whole number >= 0",
+        ),
     ],
 )
 def test_bad_snapshots_exit_2_naming_the_problem(
@@ -183,3 +191,27 @@ def test_unusable_snapshot_files_are_one_line_exit_2(
     assert lines[0].startswith("affinity: error: plan: ")
     assert message in lines[0]
     assert proc.stdout == ""
+
+
+def test_plan_shows_standbys_and_reads_capacity_and_task_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = dict(
+        SNAPSHOT,
+        processor_capacity={"p-1": 2},
+        task_state={"Partition 2": {"p-2": 0}},
+    )
+    path = write(tmp_path, snapshot)
+    args = ["plan", "--grouper", "host-affinity", "--input", path, "--option", "standby_replicas=1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "standbys       4" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("p-")}
+    assert all("Partition" in row for row in rows.values()), rows
+    assert main([*args, "--json"]) == 0
+    document = load_job_model_document(capsys.readouterr().out.encode())
+    containers = document.model.containers
+    assert sum(len(c.standby_tasks) for c in containers.values()) == 4
+    assert len(containers["p-1"].tasks) == 2  # capacity 2 of 4: two of the four tasks
+    assert main(args[:-2]) == 0
+    assert "standbys       0" in capsys.readouterr().out

@@ -41,6 +41,7 @@ from coordinator.protocol.leader_events import (
     ScheduleWakeup,
     TimePassed,
 )
+from coordinator.protocol.leader_trigger import Trigger
 from groupers import HostAffinityGrouper, validate
 from metadata.model import (
     BarrierState,
@@ -56,7 +57,11 @@ TASKS = tuple(
     for n in range(12)
 )
 SETTINGS = CoordinatorSettings(
-    debounce_s=2.0, debounce_max_s=6.0, barrier_timeout_s=10.0, processor_grace_s=3.0
+    debounce_s=2.0,
+    debounce_max_s=6.0,
+    barrier_timeout_s=10.0,
+    processor_grace_s=3.0,
+    probing_interval_s=5.0,
 )
 LOCATIONS = ("host-a", "host-b", "host-c")
 
@@ -89,6 +94,26 @@ class RaisingIterable:
         raise RuntimeError("membership test failed")
 
 
+def other_answer(containers: object) -> list[ContainerModel] | None:
+    """A valid answer other than ``containers``: one task moved to another processor."""
+    if not isinstance(containers, set) or len(containers) < 2:
+        return None
+    ordered = sorted(containers, key=lambda c: (-len(c.tasks), c.processor_id))
+    big, small = ordered[0], ordered[-1]
+    if not big.tasks:
+        return None
+    name, task = next(iter(big.tasks.items()))
+    rest = {n: t for n, t in big.tasks.items() if n != name}
+    spare = {n: t for n, t in small.standby_tasks.items() if n != name}
+    return [
+        *ordered[1:-1],
+        ContainerModel(big.processor_id, big.location_id, FrozenMap(rest), big.standby_tasks),
+        ContainerModel(
+            small.processor_id, small.location_id, FrozenMap({**small.tasks, name: task}), spare
+        ),
+    ]
+
+
 class CoordinatorMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -107,6 +132,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.joined: dict[int, frozenset[str]] = {}
         self.silent: set[str] = set()  # registered, never join a barrier
         self.benched: dict[str, float] = {}  # what the machine said: processor -> until
+        self.recheck_of: dict[int, str] = {}  # version -> how its recheck answered
+        self.settle_point = 0.0  # the last DONE, grouper answer or gain: probes wait from it
 
     # ---------------------------------------------------------------- the adapter's part
 
@@ -126,6 +153,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
             if isinstance(action, RunGrouper):
                 assert self.core.leader
                 assert self.outstanding is None or self.outstanding.request != action.request
+                assert action.recheck  # probing is on: every run asks for its recheck
+                if action.trigger == Trigger.PROBING:
+                    # Only an IDLE leader with a model in force that is not settled probes, an
+                    # interval after it last learnt anything.
+                    assert self.core.in_force is not None and self.core.dirty_since is None
+                    assert self.now - self.settle_point >= SETTINGS.probing_interval_s - 1e-9
                 self.outstanding = action
             elif isinstance(action, PublishJobModel):
                 # I2: only a leader publishes, versions strictly increase, one barrier at a time.
@@ -175,6 +208,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert isinstance(action, ScheduleWakeup | RebalanceSkipped | object)
         return follow
 
+    def check_probing(self) -> None:
+        """The model in force probes exactly when its recheck said it is not final."""
+        in_force = self.core.in_force
+        if in_force is not None and in_force.version in self.recheck_of and self.core.leader:
+            assert self.core.probing == (self.recheck_of[in_force.version] == "other")
+
     def check_timed_out(self, action: MarkBarrier) -> None:
         """The deadline counts from the publish's completion (or from the gain of leadership
         for a barrier inherited NEW); a barrier waiting for a vanished processor goes at once."""
@@ -200,6 +239,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
             participants = frozenset(p for p in joined if p in self.live)
             self.joined[latest.version] = participants
         self.benched.clear()
+        self.settle_point = self.now
+        if latest is not None and self.store.barrier.get(latest.version) == BarrierState.NEW:
+            self.recheck_of[latest.version] = "other"  # unknown to the new leader: it probes
         self.feed(
             LeadershipGained(
                 self.now,
@@ -266,7 +308,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if not everyone and joined:
             joined.discard(sorted(joined)[0])
         self.joined[latest.version] = frozenset(joined)
+        pending = self.core.pending
         self.feed(BarrierUpdated(self.now, latest.version, frozenset(joined)))
+        if pending is not None and self.core.pending is None and self.core.in_force is not None:
+            self.settle_point = self.now
+            self.check_probing()
 
     @precondition(lambda self: self.outstanding is not None)
     @rule(
@@ -282,9 +328,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 "validate-raises",
                 "iter-raises",
             ]
-        )
+        ),
+        recheck=st.sampled_from(["same", "other", "none"]),
     )
-    def grouper_answers(self, kind: str) -> None:
+    def grouper_answers(self, kind: str, recheck: str) -> None:
         request = self.outstanding
         assert request is not None
         self.outstanding = None
@@ -314,8 +361,21 @@ class CoordinatorMachine(RuleBasedStateMachine):
             containers = RaisingIterable()
         else:
             containers = "nonsense"
-        stale = dict(request.metadata.processor_locality) != self.live
-        self.feed(GrouperFinished(self.now, request.request, containers, error))
+        eligible = {p: loc for p, loc in self.live.items() if p not in self.benched}
+        stale = dict(request.metadata.processor_locality) != eligible
+        again = other_answer(containers) if recheck == "other" else None
+        if recheck == "other" and again is None:
+            recheck = "same"  # one processor: no other answer
+        if recheck == "same":
+            again = containers
+        unchanged = self.core.in_force
+        self.settle_point = self.now
+        self.feed(GrouperFinished(self.now, request.request, containers, error, again))
+        for published in self.published_this_step:
+            self.recheck_of[published.model.version] = recheck
+        if kind == "good" and not stale and not self.published_this_step and unchanged:
+            self.recheck_of[unchanged.version] = recheck  # the recheck of the model in force
+            self.check_probing()
         self.answering = None
         if stale:
             assert not self.published_this_step  # a stale answer is discarded, never published
@@ -324,6 +384,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert self.failed_this_step or stale
             assert not self.published_this_step
             assert self.core.in_force == self.in_force_before
+
+    @precondition(lambda self: self.core.leader)
+    @rule(recheck=st.sampled_from(["same", "other", "none"]))
+    def a_whole_rebalance(self, recheck: str) -> None:
+        """Time enough to rebalance (or probe), a good answer, everyone joins: so that models
+        reach DONE often enough for probing to be explored."""
+        self.time_passes(SETTINGS.debounce_max_s + SETTINGS.probing_interval_s)
+        if self.outstanding is not None:
+            self.grouper_answers("good", recheck)
+        if self.store.latest() is not None:
+            self.processors_join_the_barrier(True)
 
     # ------------------------------------------------------------------------ invariants
 
@@ -396,6 +467,29 @@ def test_debounce_waits_for_quiet_but_never_beyond_the_cap() -> None:
         core.handle(MembershipChanged(t, {"p-0": "h", f"p-{t}": "h"}))
         assert not any(isinstance(a, RunGrouper) for a in core.handle(TimePassed(t + 0.5)))
     assert any(isinstance(a, RunGrouper) for a in core.handle(TimePassed(5.0)))
+
+
+def test_the_grouper_is_given_each_eligible_processor_capacity() -> None:
+    core = leader({"p-0": "h"}, debounce_s=0.5)
+    core.handle(MembershipChanged(0.0, {"p-0": "h", "p-1": "h"}, {"p-0": 3, "gone": 2}))
+    core.handle(TimePassed(1.0))
+    request = core.last_request
+    assert request is not None
+    assert dict(request.metadata.processor_capacity) == {"p-0": 3}
+    # A processor registering again with another capacity (same location) is a change.
+    actions = core.handle(
+        GrouperFinished(
+            1.0, request.request, HostAffinityGrouper().group(request.tasks, request.metadata)
+        )
+    )
+    published = next(a for a in actions if isinstance(a, PublishJobModel))
+    assert len(published.model.containers["p-0"].tasks) == 3 * len(TASKS) // 4
+    core.handle(Published(1.0, published.model.version))
+    core.handle(BarrierUpdated(1.5, published.model.version, frozenset({"p-0", "p-1"})))
+    core.handle(MembershipChanged(2.0, {"p-0": "h", "p-1": "h"}, {"p-0": 3, "p-1": 3}))
+    core.handle(TimePassed(3.0))
+    assert core.last_request is not request and core.last_request is not None
+    assert dict(core.last_request.metadata.processor_capacity) == {"p-0": 3, "p-1": 3}
 
 
 def test_barrier_done_only_when_every_expected_processor_joined() -> None:

@@ -10,6 +10,8 @@ returns. After every step it checks the member's side of the invariants:
   takes from it; an early join happens only when the version keeps every task it runs.
 - I4: locality is written after DONE, for the member's own tasks of that version.
 - Session loss and shutdown stop every task; shutdown unregisters a registered member.
+- Standby replicas: the member keeps exactly the standbys of the DONE version it runs (started
+  and stopped only then), never a task it runs, and stops them all with its tasks.
 - One processor id, one processor (I3): while an older live registration holds the member's id
   it follows nothing, joins no barrier and starts no task; it gives up (unregisters, REFUSED, for
   good) only after ``patience`` looks that all found the older one.
@@ -49,7 +51,9 @@ from coordinator.protocol.member_events import (
     ScheduleResync,
     SessionLost,
     Shutdown,
+    StartStandbys,
     StartTasks,
+    StopStandbys,
     StopTasks,
     StoreFailed,
     Unregister,
@@ -114,6 +118,7 @@ class MemberHarness(RuleBasedStateMachine):
         self.suspended = False  # the connection is down (the session may be alive)
         self.fence_pending: int | None = None  # the suspension whose fence is scheduled
         self.deferred: list[MemberEvent] = []  # watch events kazoo delivers after reconnecting
+        self.standbys: dict[str, TaskModel] = {}
 
     # ---------------------------------------------------------------- the adapter's part
 
@@ -184,7 +189,9 @@ class MemberHarness(RuleBasedStateMachine):
             model = world.models.get(action.version)
             container = model.containers.get(ME) if model else None
             self.events.append(
-                ContainerRead(action.version, container.tasks if container else None)
+                ContainerRead(action.version, container.tasks, container.standby_tasks)
+                if container
+                else ContainerRead(action.version, None)
             )
         elif isinstance(action, JoinBarrier):
             self.check_join(action)
@@ -212,6 +219,18 @@ class MemberHarness(RuleBasedStateMachine):
         elif isinstance(action, ScheduleFence):
             assert self.suspended and action.after_s == FENCE_AFTER_S
             self.fence_pending = action.suspension
+        elif isinstance(action, StopStandbys):
+            assert set(action.tasks) <= set(self.standbys)
+            for name in action.tasks:
+                del self.standbys[name]
+        elif isinstance(action, StartStandbys):
+            # Only under a DONE version, for standbys it gives this member, never a running task.
+            assert self.world.barriers.get(action.version) == BarrierState.DONE
+            given = self.world.models[action.version].containers[ME].standby_tasks
+            assert all(given[n] == t for n, t in action.tasks.items())
+            assert not set(action.tasks) & set(self.running)
+            assert not set(action.tasks) & set(self.standbys)
+            self.standbys.update(action.tasks)
 
     def answer_registration(self) -> None:
         self.answered_duplicate = self.older is not None
@@ -274,7 +293,10 @@ class MemberHarness(RuleBasedStateMachine):
             tasks = {**{n: _task(n) for n in names}, **before.containers[ME].tasks}
         containers = {"p-2": ContainerModel("p-2", "h2", FrozenMap())}
         if named:
-            containers[ME] = ContainerModel(ME, "h1", FrozenMap(tasks))
+            # The member keeps standbys of the tasks it does not run (the others are p-2's).
+            spare = {t.name: t for t in POOL if t.name not in tasks}
+            standbys = dict(list(spare.items())[: world.latest % 3])
+            containers[ME] = ContainerModel(ME, "h1", FrozenMap(tasks), FrozenMap(standbys))
         world.latest += 1
         model = JobModel(world.latest, FrozenMap(containers))
         world.models[model.version] = model
@@ -378,6 +400,17 @@ class MemberHarness(RuleBasedStateMachine):
     def a_fenced_member_runs_nothing_until_the_session_is_back(self) -> None:
         if self.suspended and self.machine.fenced:
             assert not self.running
+
+    @invariant()
+    def keeps_the_standbys_of_the_version_it_runs(self) -> None:
+        assert self.standbys == self.machine.standbys
+        assert not set(self.standbys) & set(self.running)
+        if self.machine.state in (MemberState.UNREGISTERED, MemberState.CLOSED):
+            assert not self.standbys
+        version = self.machine.standby_version
+        if self.standbys and version is not None and version in self.world.models:
+            assert self.world.barriers[version] == BarrierState.DONE
+            assert self.standbys == dict(self.world.models[version].containers[ME].standby_tasks)
 
     @invariant()
     def runs_one_done_version(self) -> None:
@@ -513,3 +546,30 @@ def test_a_restarted_processor_gets_in_once_its_old_registration_expires() -> No
 def test_every_state_has_a_way_out_or_is_closed(state: MemberState) -> None:
     outs = {new for (old, _), news in TRANSITIONS.items() if old == state for new in news}
     assert state == MemberState.CLOSED or outs - {state}
+
+
+def test_standbys_follow_the_done_version_and_stop_with_the_tasks() -> None:
+    machine = _following()
+    mine, spare = {POOL[0].name: POOL[0]}, {POOL[1].name: POOL[1], POOL[2].name: POOL[2]}
+    read = ContainerRead(1, mine, spare)
+    _run(machine, VersionAnnounced(1), ManifestRead(1, None, frozenset()), read)
+    assert machine.handle(BarrierDecided(1, BarrierState.DONE)) == [
+        StartTasks(1, mine, mine),
+        WriteLocality(1, (POOL[0].name,)),
+        StartStandbys(1, spare),
+    ]
+    # v2 promotes the standby of Partition 1 to active here and drops Partition 2's.
+    both = {**mine, POOL[1].name: POOL[1]}
+    read = ContainerRead(2, both, {POOL[3].name: POOL[3]})
+    _run(machine, VersionAnnounced(2), ManifestRead(2, 1, frozenset({ME})), read)
+    assert machine.handle(BarrierDecided(2, BarrierState.DONE)) == [
+        StopStandbys(1, spare, "dropped"),
+        StartTasks(2, {POOL[1].name: POOL[1]}, both),
+        WriteLocality(2, tuple(both)),
+        StartStandbys(2, {POOL[3].name: POOL[3]}),
+    ]
+    assert machine.handle(SessionLost()) == [
+        StopStandbys(2, {POOL[3].name: POOL[3]}, "session lost"),
+        StopTasks(2, both, "session lost"),
+    ]
+    assert machine.standbys == {} and machine.running == {}

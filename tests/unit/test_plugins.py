@@ -45,7 +45,9 @@ def test_unknown_grouper_lists_the_known_ones() -> None:
 
 def test_unknown_option_names_the_option_and_what_the_grouper_takes() -> None:
     with pytest.raises(
-        GrouperError, match=r"does not take option\(s\) colour \(it takes: balance_slack\)"
+        GrouperError,
+        match=r"does not take option\(s\) colour \(it takes: balance_slack, standby_replicas, "
+        r"max_warmup_replicas, acceptable_recovery_lag, max_moves_per_rebalance\)",
     ):
         get_grouper("host-affinity", colour="blue")
 

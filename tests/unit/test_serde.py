@@ -45,24 +45,25 @@ ssps = st.builds(
 
 
 @st.composite
-def job_models(draw: st.DrawFn, max_containers: int = 4, max_tasks: int = 8) -> JobModel:
-    """An arbitrary valid JobModel: unicode ids, None locations, any config."""
+def job_models(
+    draw: st.DrawFn, max_containers: int = 4, max_tasks: int = 8, standbys: bool = True
+) -> JobModel:
+    """An arbitrary valid JobModel: unicode ids, None locations, any config, and (with
+    ``standbys``) standby replicas of other containers' tasks."""
     pids = draw(st.lists(names, max_size=max_containers, unique=True))
     task_names = draw(st.lists(names, max_size=max_tasks if pids else 0, unique=True))
     owners = {t: draw(st.sampled_from(pids)) for t in task_names}
+    models = {
+        t: TaskModel(t, draw(st.frozensets(ssps, max_size=3)), draw(st.integers(-1, 10_000)))
+        for t in task_names
+    }
     containers = {}
     for pid in pids:
-        tasks = {
-            t: TaskModel(
-                t,
-                draw(st.frozensets(ssps, max_size=3)),
-                draw(st.integers(-1, 10_000)),
-            )
-            for t, owner in owners.items()
-            if owner == pid
-        }
+        tasks = {t: models[t] for t, owner in owners.items() if owner == pid}
         location = draw(st.none() | maybe_text)
-        containers[pid] = ContainerModel(pid, location, tasks)
+        others = [t for t, owner in owners.items() if owner != pid]
+        copies = draw(st.lists(st.sampled_from(others), unique=True)) if standbys and others else []
+        containers[pid] = ContainerModel(pid, location, tasks, {t: models[t] for t in copies})
     config = draw(st.dictionaries(maybe_text, maybe_text, max_size=5))
     version = draw(st.integers(0, 2**53))
     return JobModel(version, containers, config)
@@ -76,7 +77,8 @@ def reordered(model: JobModel, *, config: bool) -> JobModel:
             name: TaskModel(name, reversed(sorted(t.partitions)), t.changelog_partition)  # type: ignore[arg-type]
             for name, t in reversed(list(c.tasks.items()))
         }
-        containers[pid] = ContainerModel(c.processor_id, c.location_id, tasks)
+        standbys = dict(reversed(list(c.standby_tasks.items())))
+        containers[pid] = ContainerModel(c.processor_id, c.location_id, tasks, standbys)
     items = list(model.config.items())
     return JobModel(model.version, containers, dict(reversed(items) if config else items))
 
@@ -155,6 +157,7 @@ def test_round_trip_is_exact(model: JobModel, run_id: str, grouper: str) -> None
         got = document.model.containers[pid]
         assert got.location_id == container.location_id
         assert dict(got.tasks) == dict(container.tasks)
+        assert dict(got.standby_tasks) == dict(container.standby_tasks)
     # str input too, and the dict-level API agrees.
     assert load_job_model(data.decode()) == model
     assert job_model_from_dict(job_model_to_dict(model, run_id=run_id, grouper=grouper)) == document
@@ -174,6 +177,38 @@ def test_dump_is_deterministic_for_config_order(model: JobModel) -> None:
     other = reordered(model, config=True)
     assert other == model
     assert dump_job_model(other) == dump_job_model(model)
+
+
+@given(job_models(standbys=False))
+def test_models_without_standbys_write_no_standby_field(model: JobModel) -> None:
+    written = job_model_to_dict(model)
+    assert all("standby_tasks" not in c for c in written["containers"].values())
+
+
+def test_standby_tasks_written_like_tasks_and_read_back() -> None:
+    model = JobModel(
+        3,
+        {
+            "p-1": ContainerModel("p-1", "zone-a/h1", {"Partition 0": task(0)}, {}),
+            "p-2": ContainerModel("p-2", "zone-b/h2", {}, {"Partition 0": task(0)}),
+        },
+    )
+    written = json.loads(dump_job_model(model))
+    assert "standby_tasks" not in written["containers"]["p-1"]
+    assert written["containers"]["p-2"]["standby_tasks"] == written["containers"]["p-1"]["tasks"]
+    assert load_job_model(json.dumps(written)) == model
+    assert model.containers["p-2"] != ContainerModel("p-2", "zone-b/h2", {})
+    assert len({model.containers["p-2"], ContainerModel("p-2", "zone-b/h2", {})}) == 2
+
+
+def test_malformed_standby_tasks_name_the_field() -> None:
+    document = valid_document()
+    document["containers"]["p-1"]["standby_tasks"] = {"Partition 1": {"name": "other"}}
+    with pytest.raises(JobModelFormatError, match=r"standby_tasks\.Partition 1\.name"):
+        load(document)
+    document["containers"]["p-1"]["standby_tasks"] = []
+    with pytest.raises(JobModelFormatError, match=r"p-1\.standby_tasks"):
+        load(document)
 
 
 def test_dump_sorts_config_keys() -> None:

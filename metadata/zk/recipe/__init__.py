@@ -10,6 +10,8 @@ module             class                  job
 ``barriers``       ``Barriers``           ``store.barriers``: join, watch, decide
 ``epoch``          ``LeaderEpochs``       ``store.epochs``: acquire, fence leader writes
 ``checkpoints``    ``CheckpointStore``    ``store.checkpoints``: input offsets (SEP-32)
+``standby_lag``    ``StandbyLagStore``    ``store.standby_lag``: standby copies' lag, per
+                                          processor, written differentially
 =================  =====================  ==================================================
 
 Every ZooKeeper call goes through :class:`~metadata.zk.ops.ZkOps` (bounded tenacity retries,
@@ -25,6 +27,7 @@ from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk.recipe.jobmodels import JobModelStore
 from metadata.zk.recipe.locality import TaskLocalityStore
 from metadata.zk.recipe.processors import ProcessorRegistration, ProcessorRegistry
+from metadata.zk.recipe.standby_lag import StandbyLagStore
 
 __all__ = [
     "Barriers",
@@ -34,5 +37,6 @@ __all__ = [
     "LeaderEpochs",
     "ProcessorRegistration",
     "ProcessorRegistry",
+    "StandbyLagStore",
     "TaskLocalityStore",
 ]

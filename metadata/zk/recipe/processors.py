@@ -1,12 +1,15 @@
 """Processor registrations: ephemeral sequential nodes ``processors/processor-<seq>``.
 
 Each node holds JSON ``{"processor_id", "location_id", "host", "registration_id", ...extra}`` and
-lives as long as the registering client's session. Two live registrations with one processor id
-(a restarted processor whose old session has not expired yet, or a misconfiguration) are both
-reported by :meth:`ProcessorRegistry.read`: the older one (lower sequence) wins, the newer ones
-are returned as duplicates. A member looks for an older one right after registering
-(:meth:`ProcessorRegistry.older_than`) and, if one stays, gives its registration up (the rule is
-the member machine's, :mod:`coordinator.protocol.member`).
+lives as long as the registering client's session. An optional ``"capacity"`` (an integer >= 1,
+default 1: a Spark executor registers its cores) is how much work the processor takes; a
+registration with another capacity is malformed (skipped, as below).
+
+Two live registrations with one processor id (a restarted processor whose old session has not
+expired yet, or a misconfiguration) are both reported by :meth:`ProcessorRegistry.read`: the
+older one (lower sequence) wins, the newer ones are returned as duplicates. A member looks for an
+older one right after registering (:meth:`ProcessorRegistry.older_than`) and, if one stays, gives
+its registration up (the rule is the member machine's, :mod:`coordinator.protocol.member`).
 
 Any client that may register can write a node there, so a registration that is not one
 (``b'{not json'``, JSON without ``location_id``, a node name without a sequence) must not stop
@@ -52,6 +55,14 @@ class ProcessorRegistration:
     sequence: int
     data: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     owner: int = field(default=0, compare=False)
+    capacity: int = 1
+
+
+def _capacity_problem(capacity: object) -> str | None:
+    """Why ``capacity`` is not a capacity (an integer >= 1), or None."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        return f"capacity should be an integer >= 1, got {capacity!r:.60}"
+    return None
 
 
 class ProcessorRegistry:
@@ -62,6 +73,8 @@ class ProcessorRegistry:
         node = store.processors.register("p-1", "zone-a/node-1", host="node-1")
         live, duplicates = store.processors.read()
         store.processors.locality()                  # {"p-1": "zone-a/node-1", ...}
+        store.processors.register("p-2", "zone-b/node-2", capacity=4)
+        store.processors.members()                   # ({"p-1": ..., "p-2": ...}, {"p-2": 4})
         store.processors.skipped                     # malformed nodes the last read skipped
         watch = store.processors.watch(lambda children: print(children))
         store.processors.unregister(node)
@@ -83,6 +96,9 @@ class ProcessorRegistry:
         reserved = _RESERVED.intersection(extra)
         if reserved:
             raise ValueError(f"extra fields may not override {sorted(reserved)}")
+        problem = _capacity_problem(extra.get("capacity", 1))
+        if problem is not None:
+            raise ValueError(problem)
         registration_id = uuid.uuid4().hex
         document = {
             **extra,
@@ -188,6 +204,14 @@ class ProcessorRegistry:
         winners, _ = self.read()
         return {r.processor_id: r.location_id for r in winners}
 
+    def members(self) -> tuple[dict[str, str], dict[str, int]]:
+        """(live processor id -> location id, live processor id -> capacity), one read."""
+        winners, _ = self.read()
+        return (
+            {r.processor_id: r.location_id for r in winners},
+            {r.processor_id: r.capacity for r in winners},
+        )
+
     def _decode(self, name: str, path: str, data: bytes) -> ProcessorRegistration:
         sequence = processor_sequence(name)
         if sequence is None:
@@ -213,7 +237,13 @@ class ProcessorRegistry:
             )
         if not isinstance(host, str):
             raise CorruptDataError(path, f"host should be a string, got {host!r:.60}")
-        return ProcessorRegistration(processor_id, location_id, host, path, sequence, document)
+        capacity = document.get("capacity", 1)
+        problem = _capacity_problem(capacity)
+        if problem is not None:
+            raise CorruptDataError(path, problem)
+        return ProcessorRegistration(
+            processor_id, location_id, host, path, sequence, document, capacity=capacity
+        )
 
     def watch(self, callback: Callable[[list[str]], None]) -> Watch:
         """Call ``callback(children)`` now and on every change of ``processors/``."""

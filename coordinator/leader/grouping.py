@@ -1,0 +1,72 @@
+"""A grouper run for the leader machine's :class:`RunGrouper`: read the standby lag reports into
+``task_state``, run the grouper in its worker process and, when the machine asks for it, run it
+again on its own answer (the fixed-point recheck of :mod:`coordinator.protocol.leader_probing`).
+
+The reports are read once per run, only for the processors the grouper is given; a corrupt report
+reads as missing (that copy counts as not held), logged as ``coordinator.corrupt_lag_skipped``
+with its node. What the reports mean is the protocol's (:func:`task_state`); this module reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from coordinator.leader.grouper_worker import GrouperWorker
+from coordinator.observability import CoordinatorMetrics
+from coordinator.protocol.leader_events import GrouperFinished, RunGrouper
+from coordinator.protocol.leader_probing import recheck_metadata, task_state
+from groupers import GrouperMetadata
+from metadata.errors import CorruptDataError
+from metadata.zk import ZkMetadataStore
+
+__all__ = ["run_grouper", "with_task_state"]
+
+
+def with_task_state(store: ZkMetadataStore, metadata: GrouperMetadata, log: Any) -> GrouperMetadata:
+    """``metadata`` with the copies the live processors report (and each task's active)."""
+
+    def skip(exc: CorruptDataError) -> None:
+        log.warning("coordinator.corrupt_lag_skipped", node=exc.path, problem=exc.problem)
+
+    live = sorted(metadata.processor_locality)
+    lags = store.standby_lag.read(live, on_corrupt=skip)
+    state = task_state(lags, metadata.previous_task_to_processor, live)
+    return replace(metadata, task_state=state)
+
+
+def run_grouper(
+    worker: GrouperWorker,
+    store: ZkMetadataStore,
+    action: RunGrouper,
+    *,
+    timeout_s: float,
+    metrics: CoordinatorMetrics,
+    log: Any,
+    clock: Callable[[], float] = time.monotonic,
+) -> GrouperFinished:
+    """Run the grouper (killed at ``timeout_s``) and, with ``action.recheck``, its recheck."""
+    metadata = with_task_state(store, action.metadata, log)
+    outcome = worker.run(action.tasks, metadata, timeout_s)
+    metrics.grouper_duration.observe(outcome.seconds)
+    copies = sum(len(c) for c in metadata.task_state.values())
+    log.info(
+        "coordinator.grouper_ran",
+        request=action.request,
+        trigger=str(action.trigger) if action.trigger else None,
+        processors=len(metadata.processor_locality),
+        copies=copies,
+        seconds=round(outcome.seconds, 3),
+        ok=outcome.error is None,
+    )
+    recheck: object = None
+    question = recheck_metadata(metadata, outcome.containers) if action.recheck else None
+    if outcome.error is None and question is not None:
+        again = worker.run(action.tasks, question, timeout_s)
+        metrics.grouper_duration.observe(again.seconds)
+        if again.error is not None:
+            log.warning("coordinator.recheck_failed", request=action.request, error=again.error)
+        recheck = again.containers if again.error is None else None
+    return GrouperFinished(clock(), action.request, outcome.containers, outcome.error, recheck)

@@ -1,0 +1,50 @@
+"""Spread: the order in which ``host-affinity`` breaks ties between tasks, dealing streams
+round-robin (issue 13 item 7).
+
+Every choice among equally good tasks (which orphans fill a processor's room, which tasks a
+processor gives up) is made in one fixed order of the tasks. Name order puts all partitions of
+one stream together (``SystemStreamPartition [kafka, clicks, 0..3]`` before ``orders``), so a
+fresh assignment gave one processor every ``clicks`` partition. :func:`spread_order` interleaves
+the streams instead: the first task of every stream, then the second of every stream, ... (each
+stream's tasks in name order), so any run of that order holds a share of every stream, and so
+does every processor's share of a fresh or rebalanced assignment. A task's *stream* is the set of
+``(system, stream)`` of its partitions, so tasks that all read the same streams
+(``group-by-partition``) keep name order, as do inputs with a single stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from metadata.model import TaskModel
+
+__all__ = ["spread_order"]
+
+
+def _stream_of(task: TaskModel) -> str:
+    """The streams a task reads, as one sortable string."""
+    partitions = task.partitions
+    if len(partitions) == 1:
+        for ssp in partitions:
+            return f"{ssp.system}\0{ssp.stream}"
+    return "\1".join(sorted({f"{ssp.system}\0{ssp.stream}" for ssp in partitions}))
+
+
+def spread_order(tasks: Iterable[TaskModel]) -> list[str] | None:
+    """Task names with the streams dealt round-robin (see the module docstring), or None when
+    every task reads the same streams (then name order is that order already)."""
+    tasks = list(tasks)
+    streams = {(ssp.system, ssp.stream) for task in tasks for ssp in task.partitions}
+    if len(streams) < 2:
+        return None  # one stream (or none): nothing to deal
+    by_stream: dict[str, list[str]] = {}
+    for task in tasks:
+        by_stream.setdefault(_stream_of(task), []).append(task.name)
+    if len(by_stream) < 2:
+        return None
+    ranked: list[tuple[int, str, str]] = []
+    for stream, names in by_stream.items():
+        names.sort()
+        ranked.extend((rank, stream, name) for rank, name in enumerate(names))
+    ranked.sort()
+    return [name for _, _, name in ranked]

@@ -1,0 +1,134 @@
+"""Probing rebalances and the standby rules of the leader (coordinator.protocol.leader_probing),
+with the real host-affinity grouper where its answer matters."""
+
+from __future__ import annotations
+
+from coordinator.protocol.leader import LeaderMachine
+from coordinator.protocol.leader_events import (
+    BarrierUpdated,
+    CoordinatorSettings,
+    GrouperFinished,
+    LeadershipGained,
+    Published,
+    PublishJobModel,
+    RebalanceSkipped,
+    RunGrouper,
+    ScheduleWakeup,
+    TimePassed,
+)
+from coordinator.protocol.leader_policy import check_answer
+from coordinator.protocol.leader_probing import recheck_metadata, settled, task_state
+from coordinator.protocol.leader_trigger import Trigger
+from groupers import GrouperMetadata, get_grouper
+from metadata.model import ContainerModel, FrozenMap, SystemStreamPartition, TaskModel
+
+TASKS = tuple(
+    TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
+    for n in range(6)
+)
+THREE = {"a": "h1", "b": "h2", "c": "h3"}
+
+
+def test_task_state_counts_the_active_as_caught_up_and_only_live_processors() -> None:
+    lags = {"b": {"t1": 40, "t2": 0}, "gone": {"t1": 0}, "a": {"t1": 9}}
+    state = task_state(lags, {"t1": "a", "t3": "gone"}, ["a", "b"])
+    assert state == {"t1": {"a": 0, "b": 40}, "t2": {"b": 0}}
+
+
+def _scale_out(**options: object) -> tuple[GrouperMetadata, dict[str, ContainerModel], object]:
+    """Two processors run six tasks; a third comes: the answer, and the grouper's recheck."""
+    grouper = get_grouper("host-affinity", **options)
+    first = GrouperMetadata({"a": "h1", "b": "h2"}, {}, {})
+    before = {n: c.processor_id for c in grouper.group(TASKS, first) for n in c.tasks}
+    metadata = GrouperMetadata(THREE, {}, before, task_state=task_state({}, before, THREE))
+    containers = check_answer(TASKS, metadata, grouper.group(TASKS, metadata))
+    question = recheck_metadata(metadata, list(containers.values()))
+    assert question is not None
+    return metadata, containers, grouper.group(TASKS, question)
+
+
+def test_a_warm_up_answer_is_not_settled_until_its_copy_is_caught_up() -> None:
+    metadata, containers, recheck = _scale_out(max_warmup_replicas=2)
+    assert not containers["c"].tasks and len(containers["c"].standby_tasks) == 2  # warm-ups
+    assert not settled(TASKS, metadata, containers, recheck)
+    # With the warm-up copies caught up the grouper moves them: that answer is final.
+    moved = check_answer(TASKS, recheck_metadata(metadata, list(containers.values())), recheck)
+    question = recheck_metadata(metadata, list(moved.values()))
+    assert question is not None
+    again = get_grouper("host-affinity", max_warmup_replicas=2).group(TASKS, question)
+    assert len(moved["c"].tasks) == 2
+    assert settled(TASKS, metadata, moved, again)
+
+
+def test_moves_held_back_by_the_movement_limit_are_not_settled() -> None:
+    metadata, containers, recheck = _scale_out(max_moves_per_rebalance=1)
+    assert len(containers["c"].tasks) == 1
+    assert not settled(TASKS, metadata, containers, recheck)
+
+
+def test_without_warm_ups_or_limits_a_scale_out_is_settled_at_once() -> None:
+    metadata, containers, recheck = _scale_out()
+    assert len(containers["c"].tasks) == 2
+    assert settled(TASKS, metadata, containers, recheck)
+    assert settled(TASKS, metadata, containers, None)  # no recheck: nothing to probe for
+    assert settled(TASKS, metadata, containers, "nonsense")  # an invalid one neither
+
+
+def _answer(core: LeaderMachine, now: float, answer: object, recheck: object) -> list[object]:
+    request = core.running
+    assert request is not None
+    actions: list[object] = list(core.handle(GrouperFinished(now, request, answer, None, recheck)))
+    for action in actions:
+        if isinstance(action, PublishJobModel):
+            actions += core.handle(Published(now, action.model.version))
+            everyone = frozenset(action.model.containers)
+            actions += core.handle(BarrierUpdated(now, action.model.version, everyone))
+    return actions
+
+
+def _containers(owner: dict[str, str]) -> set[ContainerModel]:
+    tasks = {t.name: t for t in TASKS}
+    return {
+        ContainerModel(
+            pid, loc, FrozenMap({n: tasks[n] for n, p in sorted(owner.items()) if p == pid})
+        )
+        for pid, loc in THREE.items()
+    }
+
+
+def test_the_leader_probes_every_interval_until_the_answer_is_final() -> None:
+    core = LeaderMachine(TASKS, CoordinatorSettings(debounce_s=0.0, probing_interval_s=5.0))
+    gained = core.handle(LeadershipGained(0.0, THREE, {}))
+    request = next(a for a in gained if isinstance(a, RunGrouper))
+    assert request.recheck and request.trigger == Trigger.FIRST_MODEL
+    names = [t.name for t in TASKS]
+    step = _containers({n: ("a" if i < 3 else "b") for i, n in enumerate(names)})  # c waits
+    final = _containers({n: "abc"[i // 2] for i, n in enumerate(names)})
+    actions = _answer(core, 1.0, step, final)  # published, DONE; not final
+    assert core.in_force is not None and core.in_force.version == 1 and core.probing
+    assert ScheduleWakeup(6.0) in actions
+    assert not any(isinstance(a, RunGrouper) for a in core.handle(TimePassed(5.9)))
+    probe = next(a for a in core.handle(TimePassed(6.0)) if isinstance(a, RunGrouper))
+    assert probe.trigger == Trigger.PROBING and probe.recheck
+    # The copies have not caught up: the grouper says the same. No new version; probe again.
+    actions = _answer(core, 6.5, step, final)
+    assert any(isinstance(a, RebalanceSkipped) for a in actions)
+    assert core.latest_version == 1 and core.probing
+    assert ScheduleWakeup(11.5) in core.handle(TimePassed(7.0))
+    probe = next(a for a in core.handle(TimePassed(11.5)) if isinstance(a, RunGrouper))
+    assert probe.trigger == Trigger.PROBING
+    # Caught up: the next answer moves the tasks; it is final, so probing stops.
+    actions = _answer(core, 12.0, final, final)
+    published = next(a for a in actions if isinstance(a, PublishJobModel))
+    assert published.cause is not None and published.cause.trigger == Trigger.PROBING
+    assert core.in_force is not None and core.in_force.version == 2 and not core.probing
+    assert core.handle(TimePassed(100.0)) == []
+
+
+def test_probing_is_off_without_an_interval() -> None:
+    core = LeaderMachine(TASKS, CoordinatorSettings(debounce_s=0.0))
+    gained = core.handle(LeadershipGained(0.0, THREE, {}))
+    assert not next(a for a in gained if isinstance(a, RunGrouper)).recheck
+    names = [t.name for t in TASKS]
+    _answer(core, 1.0, _containers({n: "abc"[i // 2] for i, n in enumerate(names)}), None)
+    assert core.handle(TimePassed(1000.0)) == []

@@ -1,0 +1,78 @@
+"""Spread (issue 13 item 7): among equally good choices ``host-affinity`` deals tasks
+round-robin across streams, so every processor gets a share of every stream, fresh or after a
+rebalance; the moves and the locality stay those of the min-cost-flow optimum."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_host_affinity import compact, optimum, our_cost
+
+from groupers import GrouperMetadata, get_grouper, validate
+from groupers.measures import movement_lower_bound, owners, tasks_moved
+from groupers.ssp import ssp_task_name
+from groupers.testing import GrouperInput, grouper_inputs
+from metadata.model import ContainerModel, SystemStreamPartition, TaskModel
+
+GROUPER = get_grouper("host-affinity")
+
+
+def ssp_tasks(streams: int, partitions: int) -> list[TaskModel]:
+    """``group-by-ssp`` tasks: one per partition of each stream."""
+    ssps = [
+        SystemStreamPartition("kafka", name, n)
+        for name in ("clicks", "orders", "views", "carts")[:streams]
+        for n in range(partitions)
+    ]
+    return [TaskModel(ssp_task_name(s), frozenset({s}), i) for i, s in enumerate(ssps)]
+
+
+def per_stream(containers: set[ContainerModel]) -> dict[str, Counter[str]]:
+    return {
+        c.processor_id: Counter(next(iter(t.partitions)).stream for t in c.tasks.values())
+        for c in containers
+    }
+
+
+def hosts(count: int) -> dict[str, str]:
+    return {f"p-{i:02d}": f"host-{i:02d}" for i in range(count)}
+
+
+def test_clicks_and_orders_on_two_processors_two_of_each() -> None:
+    answer = GROUPER.group(ssp_tasks(2, 4), GrouperMetadata(hosts(2), {}, {}))
+    assert all(counts == {"clicks": 2, "orders": 2} for counts in per_stream(answer).values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 4), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3))
+def test_fresh_and_scaled_out_assignments_share_every_stream(
+    streams: int, before: int, extra: int, per: int
+) -> None:
+    """P | partitions: each processor gets exactly partitions / P of every stream, fresh; after
+    a scale-out (moves exactly the lower bound) each stream is within one of an even share."""
+    partitions = before * (before + extra) * per
+    tasks = ssp_tasks(streams, partitions)
+    first = GROUPER.group(tasks, GrouperMetadata(hosts(before), {}, {}))
+    share = partitions // before
+    assert all(set(c.values()) == {share} for c in per_stream(first).values())
+    previous = owners(first)
+    where = hosts(before + extra)
+    metadata = GrouperMetadata(where, {n: where[p] for n, p in previous.items()}, previous)
+    second = GROUPER.group(tasks, metadata)
+    assert tasks_moved(previous, owners(second)) == movement_lower_bound(tasks, metadata)
+    even = partitions / (before + extra)
+    for counts in per_stream(second).values():
+        assert all(abs(counts[s] - even) < 1.5 for s in ("clicks", "orders")[:streams]), counts
+
+
+@settings(max_examples=150, deadline=None)
+@given(grouper_inputs(max_tasks=24, max_processors=6, streams=3))
+def test_with_several_streams_moves_and_locality_are_still_optimal(data: GrouperInput) -> None:
+    containers = GROUPER.group(data.tasks, data.metadata)
+    validate(data.tasks, data.metadata, containers)
+    if data.tasks:
+        assert our_cost(data.tasks, data.metadata, containers, zone_level=False) == optimum(
+            data.tasks, data.metadata, zone_level=False
+        ), compact(data.tasks, data.metadata)
