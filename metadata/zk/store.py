@@ -242,6 +242,7 @@ class ZkMetadataStore:
             (self.layout.job_model_version, b""),
             (self.layout.epoch, b"0"),
             (self.layout.locality, self.locality.marker_data()),
+            (self.layout.locality_writes, b""),
         ]
         missing = []
         for path, data in nodes:
