@@ -3,13 +3,17 @@
 For T = 100,000 and 1,000,000 tasks (P = 100 processors), on a private ZooKeeper server
 (Debian's package, ``tests/zkserver.py``) on loopback:
 
-- job model: JSON bytes (format 1), bytes stored in ZooKeeper (zlib), number of chunk nodes and
-  the largest node; median wall time to publish (serialise, compress, write the chunks, commit
-  the manifest + version + barrier in one fenced transaction) and to read it back (read,
-  verify, decompress, parse);
+- job model: JSON bytes (format 2, columns), bytes stored in ZooKeeper (zlib), number of chunk
+  nodes and container views and the largest node; median wall time to publish (encode,
+  compress, write the chunks and views, commit the manifest + version + barrier in one fenced
+  transaction), for a processor to read its own container (manifest + its view: read, verify,
+  decompress, decode; median over 10 processors) and to read the whole model back; the
+  memory of the process (RSS) once the model is built and its peak while publishing;
 - task locality (one node per task): time, write operations and transactions of a full write
   (an empty store), of a rewrite with 1% of the tasks moved to another location, and of a full
   read. Write operations are counted by the store (``ZkMetadataStore.ops``).
+
+A goals table compares the largest size with the goals of issue 16 and the figures before format 2.
 
 Usage: ``python benchmarks/zk_store.py [--quick] [--doc PATH] [--no-write]``.
 """
@@ -24,8 +28,11 @@ sys.path.insert(0, str(_ROOT))
 sys.path.insert(0, str(_ROOT / "tests"))
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -46,6 +53,12 @@ from metadata.zk import ZkMetadataStore, connect  # noqa: E402
 FULL = (100_000, 1_000_000)
 QUICK = (1_000, 10_000)
 PROCESSORS = 100
+#: (what, goal in seconds, before format 2 at 1,000,000 tasks) of issue 16.
+GOALS = (
+    ("publish", 2.0, "7.97 s"),
+    ("own container read", 0.050, "16.06 s (whole model)"),
+    ("1% locality rewrite", 1.0, "9.22 s"),
+)
 
 
 @dataclass
@@ -54,10 +67,14 @@ class JobModelRow:
     json_bytes: int
     stored_bytes: int
     chunks: int
+    views: int
     largest_node: int
     publish_s: float
+    container_s: float
     read_s: float
     runs: int
+    model_mb: float
+    publish_peak_mb: float
 
 
 @dataclass
@@ -94,13 +111,42 @@ def node_sizes(store: ZkMetadataStore, version: int) -> list[int]:
     return sizes
 
 
+def rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident memory (``VmHWM``: its peak since :func:`reset_peak`), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak() -> None:
+    """Start ``VmHWM`` again from the current RSS (Linux: ``clear_refs`` 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def container_time(store: ZkMetadataStore, model: JobModel, version: int) -> float:
+    """Median time for a processor to read its own container (manifest + view), 10 of them."""
+    times = []
+    for pid in list(model.containers)[:: max(1, len(model.containers) // 10)][:10]:
+        started = time.perf_counter()
+        container = store.job_models.read_container(version, pid)
+        times.append(time.perf_counter() - started)
+        if container != model.containers[pid]:
+            raise AssertionError(f"the container of {pid} read back differs")
+    return statistics.median(times)
+
+
 def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobModelRow:
     client = connect(server.hosts, session_timeout_s=30.0)
     try:
         store = ZkMetadataStore(client, f"/bench/jobmodel-{tasks}", run_id="bench")
         store.ensure_layout()
         epoch = store.epochs.acquire()
+        gc.collect()
+        before_mb = rss_mb()
         model = build_model(tasks)
+        model_mb = rss_mb() - before_mb
+        reset_peak()
         versions = iter(range(1, repeat + 2))
         participants = list(model.containers)
 
@@ -115,6 +161,8 @@ def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobMode
             return version
 
         publish_s, version = median_time(publish, repeat)
+        publish_peak_mb = rss_mb("VmHWM") - before_mb
+        container_s = container_time(store, model, version)
         read_s, read_back = median_time(lambda: store.job_models.read(version), repeat)
         if read_back.containers != model.containers:
             raise AssertionError("the job model read back differs from the one published")
@@ -125,10 +173,14 @@ def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobMode
             json_bytes=manifest["raw_size"],
             stored_bytes=sum(sizes),
             chunks=len(manifest["chunks"]),
+            views=len(manifest.get("views", [])),
             largest_node=max(sizes),
             publish_s=publish_s,
+            container_s=container_s,
             read_s=read_s,
             runs=repeat,
+            model_mb=model_mb,
+            publish_peak_mb=publish_peak_mb,
         )
     finally:
         client.stop()
@@ -180,18 +232,52 @@ def megabytes(count: int) -> str:
     return f"{count / 1_000_000:,.2f} MB"
 
 
-def report(models: list[JobModelRow], localities: list[LocalityRow], seconds: float) -> str:
+def seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def goals_table(model: JobModelRow, locality: LocalityRow) -> str:
+    now = (model.publish_s, model.container_s, locality.changed_s)
+    return table(
+        ["at " + f"{model.tasks:,} tasks", "goal", "before format 2", "now", "met"],
+        [
+            [what, seconds(goal), before, seconds(value), "yes" if value <= goal else "no"]
+            for (what, goal, before), value in zip(GOALS, now, strict=True)
+        ],
+    )
+
+
+def report(
+    models: list[JobModelRow], localities: list[LocalityRow], seconds_total: float, load: str
+) -> str:
     model_table = table(
-        ["tasks", "JSON", "stored", "chunks", "largest node", "publish", "read", "runs"],
+        [
+            "tasks",
+            "JSON",
+            "stored",
+            "chunks",
+            "views",
+            "largest node",
+            "publish",
+            "own container",
+            "whole read",
+            "model RSS",
+            "publish peak",
+            "runs",
+        ],
         [
             [
                 f"{r.tasks:,}",
                 megabytes(r.json_bytes),
                 megabytes(r.stored_bytes),
                 r.chunks,
+                r.views,
                 f"{r.largest_node:,} B",
-                f"{r.publish_s:.2f} s",
-                f"{r.read_s:.2f} s",
+                seconds(r.publish_s),
+                seconds(r.container_s),
+                seconds(r.read_s),
+                f"{r.model_mb:,.0f} MB",
+                f"+{r.publish_peak_mb - r.model_mb:,.0f} MB",
                 r.runs,
             ]
             for r in models
@@ -215,17 +301,25 @@ def report(models: list[JobModelRow], localities: list[LocalityRow], seconds: fl
     )
     return (
         "## ZooKeeper metadata store (`benchmarks/zk_store.py`)\n\n"
-        f"A private ZooKeeper 3.8 (Debian package) on loopback; {machine()}; "
-        f"{PROCESSORS} processors; total run {seconds:.0f} s.\n\n"
-        "Job model (format-1 JSON, zlib-compressed, chunks of at most 900,000 bytes; ZooKeeper's "
-        "limit is 1,048,575 bytes per node). Publish = serialise + compress + write chunks + one "
-        "fenced commit transaction; read = read + verify + decompress + parse; "
-        "median over the runs.\n\n"
+        f"A private ZooKeeper 3.8 (Debian package) on loopback; {machine()}; load average "
+        f"{load} (the machine is shared); {PROCESSORS} processors; total run "
+        f"{seconds_total:.0f} s. Re-run: `python benchmarks/zk_store.py`.\n\n"
+        f"{goals_table(models[-1], localities[-1])}\n\n"
+        "Job model (format 2: columns, zlib-compressed, chunks of at most 900,000 bytes; "
+        "ZooKeeper's limit is 1,048,575 bytes per node; views = container views, each a small "
+        "format-2 document of a few processors' containers). Publish = encode + compress + "
+        "write chunks and views + one fenced commit transaction; own container = what a "
+        "processor reads: manifest + its view, verified, decompressed, decoded (median of 10 "
+        "processors); whole read = read + verify + decompress + decode of the whole model; "
+        "median over the runs. Model RSS = the process's resident memory grown by building the "
+        "model (the coordinator holds one or two of them); publish peak = its peak above that "
+        "while publishing.\n\n"
         f"{model_table}\n\n"
         "Task locality, one node per task. Full write = every task into an empty store; 1% write "
-        "= the same map with 1% of the tasks moved (the store reads the current values with "
-        "multiRead requests and writes only what differs); ops = write operations counted by "
-        "the store; txns = transactions (each under the 1 MB request limit).\n\n"
+        "= the same map with 1% of the tasks moved (the store knows what it wrote, so it reads "
+        "no entry, only the marker and `localityWrites`; another writer since makes it read "
+        "with multiRead requests); ops = write operations counted by the store; txns = "
+        "transactions (each under the 1 MB request limit).\n\n"
         f"{locality_table}\n"
     )
 
@@ -253,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                 localities.append(bench_locality(server, tasks))
         finally:
             server.stop()
-    markdown = report(models, localities, time.perf_counter() - started)
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    markdown = report(models, localities, time.perf_counter() - started, load)
     print()
     print(markdown)
     if not args.no_write:
