@@ -70,7 +70,9 @@ class JobModelRow:
     views: int
     largest_node: int
     publish_s: float
+    publish_cpu_s: float
     container_s: float
+    container_cpu_s: float
     read_s: float
     runs: int
     model_mb: float
@@ -84,6 +86,7 @@ class LocalityRow:
     full_ops: int
     full_transactions: int
     changed_s: float
+    changed_cpu_s: float
     changed_ops: int
     changed_transactions: int
     read_s: float
@@ -124,16 +127,18 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def container_time(store: ZkMetadataStore, model: JobModel, version: int) -> float:
-    """Median time for a processor to read its own container (manifest + view), 10 of them."""
-    times = []
+def container_time(store: ZkMetadataStore, model: JobModel, version: int) -> tuple[float, float]:
+    """Median wall and CPU time for a processor to read its own container (manifest + view),
+    10 of them."""
+    times, cpu = [], []
     for pid in list(model.containers)[:: max(1, len(model.containers) // 10)][:10]:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         container = store.job_models.read_container(version, pid)
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
         if container != model.containers[pid]:
             raise AssertionError(f"the container of {pid} read back differs")
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(cpu)
 
 
 def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobModelRow:
@@ -150,19 +155,23 @@ def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobMode
         versions = iter(range(1, repeat + 2))
         participants = list(model.containers)
 
+        cpu: list[float] = []
+
         def publish() -> int:
             version = next(versions)
+            started_cpu = time.process_time()
             store.job_models.publish(
                 JobModel(version, model.containers, model.config),
                 epoch=epoch,
                 participants=participants,
                 grouper="host-affinity",
             )
+            cpu.append(time.process_time() - started_cpu)
             return version
 
         publish_s, version = median_time(publish, repeat)
         publish_peak_mb = rss_mb("VmHWM") - before_mb
-        container_s = container_time(store, model, version)
+        container_s, container_cpu_s = container_time(store, model, version)
         read_s, read_back = median_time(lambda: store.job_models.read(version), repeat)
         if read_back.containers != model.containers:
             raise AssertionError("the job model read back differs from the one published")
@@ -176,7 +185,9 @@ def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobMode
             views=len(manifest.get("views", [])),
             largest_node=max(sizes),
             publish_s=publish_s,
+            publish_cpu_s=statistics.median(cpu),
             container_s=container_s,
+            container_cpu_s=container_cpu_s,
             read_s=read_s,
             runs=repeat,
             model_mb=model_mb,
@@ -205,9 +216,10 @@ def bench_locality(server: ZooKeeperServer, tasks: int) -> LocalityRow:
         for i in range(0, tasks, 100):  # 1% of the tasks move
             locality[f"Partition {i}"] = "zone-9/elsewhere"
         transactions = store.transactions
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         changed_ops = store.locality.write(locality)
         changed_s = time.perf_counter() - started
+        changed_cpu_s = time.process_time() - started_cpu
         changed_transactions = store.transactions - transactions
 
         read_s, read_back = median_time(store.locality.read, 1)
@@ -219,6 +231,7 @@ def bench_locality(server: ZooKeeperServer, tasks: int) -> LocalityRow:
             full_ops=full_ops,
             full_transactions=full_transactions,
             changed_s=changed_s,
+            changed_cpu_s=changed_cpu_s,
             changed_ops=changed_ops,
             changed_transactions=changed_transactions,
             read_s=read_s,
@@ -237,12 +250,23 @@ def seconds(value: float) -> str:
 
 
 def goals_table(model: JobModelRow, locality: LocalityRow) -> str:
-    now = (model.publish_s, model.container_s, locality.changed_s)
+    now = (
+        (model.publish_s, model.publish_cpu_s),
+        (model.container_s, model.container_cpu_s),
+        (locality.changed_s, locality.changed_cpu_s),
+    )
     return table(
-        ["at " + f"{model.tasks:,} tasks", "goal", "before format 2", "now", "met"],
+        [f"at {model.tasks:,} tasks", "goal", "before format 2", "now", "CPU", "met"],
         [
-            [what, seconds(goal), before, seconds(value), "yes" if value <= goal else "no"]
-            for (what, goal, before), value in zip(GOALS, now, strict=True)
+            [
+                what,
+                seconds(goal),
+                before,
+                seconds(wall),
+                seconds(cpu),
+                "yes" if wall <= goal else ("CPU only" if cpu <= goal else "no"),
+            ]
+            for (what, goal, before), (wall, cpu) in zip(GOALS, now, strict=True)
         ],
     )
 
@@ -305,6 +329,9 @@ def report(
         f"{load} (the machine is shared); {PROCESSORS} processors; total run "
         f"{seconds_total:.0f} s. Re-run: `python benchmarks/zk_store.py`.\n\n"
         f"{goals_table(models[-1], localities[-1])}\n\n"
+        "now = wall time; CPU = this process's CPU time for it (the client's share: the "
+        "ZooKeeper server's own work is not in it); met = within the goal in wall time, or in "
+        "CPU time only (on a loaded machine the wall time waits for a core).\n\n"
         "Job model (format 2: columns, zlib-compressed, chunks of at most 900,000 bytes; "
         "ZooKeeper's limit is 1,048,575 bytes per node; views = container views, each a small "
         "format-2 document of a few processors' containers). Publish = encode + compress + "

@@ -15,8 +15,9 @@ envelope of format 1 and stores the tasks as parallel columns, with a string tab
 - task row i has ``tasks.partitions[i]`` partitions: the next rows of the partition columns,
   whose ``stream`` is an index into ``streams`` (pairs ``[system, stream]``).
 
-Writers sort containers by processor id, tasks by name and each task's partitions, so equal models
-encode to equal bytes. Readers ignore unknown fields; a missing ``run_id``, ``grouper``,
+Writers sort containers by processor id and each task's partitions, and keep a container's tasks in
+the model's order (sorting a million names cost a third of the encoding): models built in the same
+order encode to the same bytes. Readers ignore unknown fields; a missing ``run_id``, ``grouper``,
 ``config`` or ``location_id`` reads as in format 1, and so does a missing ``changelog_partition``
 or ``key_bucket`` column (all -1). Anything else wrong raises
 :class:`~metadata.errors.JobModelFormatError` naming the field, e.g. ``partitions.partition[3]:
@@ -27,10 +28,11 @@ some of the containers (and every stream).
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import accumulate, pairwise, repeat
+from itertools import accumulate, chain, pairwise, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from metadata.errors import JobModelFormatError
@@ -84,34 +86,44 @@ class ModelColumns:
         }
 
     def _encode(self, container: ContainerModel) -> _Block:
-        """One container's rows, built with comprehensions (a few C-level passes per column)."""
-        items = sorted(container.tasks.items())
-        tasks = [task for _, task in items]
-        counts = [len(task.partitions) for task in tasks]
+        """One container's rows, built with ``map`` over attribute getters (C-level passes)."""
+        items = list(container.tasks.items())  # in the model's order: sorting cost 1/3
+        tasks = list(map(itemgetter(1), items))
+        sets = list(map(attrgetter("partitions"), tasks))
+        counts = list(map(len, sets))
         if counts.count(1) == len(counts):
-            ssps = [ssp for task in tasks for ssp in task.partitions]
+            ssps = list(chain.from_iterable(sets))
         else:
-            ssps = [ssp for task in tasks for ssp in sorted(task.partitions)]
-        keys = [(ssp.system, ssp.stream) for ssp in ssps]
-        for key in dict.fromkeys(keys):  # new streams, in order of first appearance
-            self._streams.setdefault(key, len(self._streams))
+            ssps = list(chain.from_iterable(map(sorted, sets)))
         return _Block(
             container.location_id,
-            names=[name for name, _ in items],
-            changelog=[task.changelog_partition for task in tasks],
+            names=list(map(itemgetter(0), items)),
+            changelog=list(map(attrgetter("changelog_partition"), tasks)),
             counts=counts,
-            streams=list(map(self._streams.__getitem__, keys)),
-            partitions=[ssp.partition for ssp in ssps],
-            buckets=[ssp.key_bucket for ssp in ssps],
+            streams=self._stream_column(ssps),
+            partitions=list(map(attrgetter("partition"), ssps)),
+            buckets=list(map(attrgetter("key_bucket"), ssps)),
         )
+
+    def _stream_column(self, ssps: list[SystemStreamPartition]) -> list[int]:
+        """The stream index of each partition (new streams join the table in order)."""
+        systems = list(map(attrgetter("system"), ssps))
+        names = list(map(attrgetter("stream"), ssps))
+        if ssps and systems.count(systems[0]) == len(ssps) == names.count(names[0]):
+            key = (systems[0], names[0])  # one stream: the common case
+            return [self._streams.setdefault(key, len(self._streams))] * len(ssps)
+        keys = list(zip(systems, names, strict=True))
+        for key in dict.fromkeys(keys):
+            self._streams.setdefault(key, len(self._streams))
+        return list(map(self._streams.__getitem__, keys))
 
     def document(self, processor_ids: Collection[str] | None = None) -> dict[str, Any]:
         """The format-2 document of every container, or of ``processor_ids`` only (sorted)."""
         pids = list(self.blocks) if processor_ids is None else sorted(processor_ids)
         blocks = [self.blocks[pid] for pid in pids]
 
-        def joined(column: Callable[[_Block], list[Any]]) -> list[Any]:
-            return [value for block in blocks for value in column(block)]
+        def joined(column: str) -> list[Any]:
+            return list(chain.from_iterable(map(attrgetter(column), blocks)))
 
         return {
             **self._head,
@@ -121,14 +133,14 @@ class ModelColumns:
                 for pid, block in zip(pids, blocks, strict=True)
             ],
             "tasks": {
-                "name": joined(lambda b: b.names),
-                "changelog_partition": joined(lambda b: b.changelog),
-                "partitions": joined(lambda b: b.counts),
+                "name": joined("names"),
+                "changelog_partition": joined("changelog"),
+                "partitions": joined("counts"),
             },
             "partitions": {
-                "stream": joined(lambda b: b.streams),
-                "partition": joined(lambda b: b.partitions),
-                "key_bucket": joined(lambda b: b.buckets),
+                "stream": joined("streams"),
+                "partition": joined("partitions"),
+                "key_bucket": joined("buckets"),
             },
         }
 

@@ -144,7 +144,7 @@ class ZkMetadataStore:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         retry_deadline_s: float = 30.0,
         op_timeout_s: float = 15.0,
-        compression_level: int = 6,
+        compression_level: int = 1,
     ) -> None:
         if retention < 1:
             raise ValueError(f"retention must be >= 1, got {retention}")

@@ -92,7 +92,7 @@ class JobModelStore:
         run_id: str,
         chunk_size: int,
         retention: int,
-        compression_level: int = 6,
+        compression_level: int = 1,
     ) -> None:
         self._ops = ops
         self._layout = layout
