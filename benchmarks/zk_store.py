@@ -271,10 +271,8 @@ def goals_table(model: JobModelRow, locality: LocalityRow) -> str:
     )
 
 
-def report(
-    models: list[JobModelRow], localities: list[LocalityRow], seconds_total: float, load: str
-) -> str:
-    model_table = table(
+def model_table(models: list[JobModelRow]) -> str:
+    return table(
         [
             "tasks",
             "JSON",
@@ -307,6 +305,12 @@ def report(
             for r in models
         ],
     )
+
+
+def report(
+    models: list[JobModelRow], localities: list[LocalityRow], seconds_total: float, load: str
+) -> str:
+    models_table = model_table(models)
     locality_table = table(
         ["tasks", "full write", "ops", "txns", "1% write", "ops", "txns", "full read"],
         [
@@ -341,7 +345,7 @@ def report(
         "median over the runs. Model RSS = the process's resident memory grown by building the "
         "model (the coordinator holds one or two of them); publish peak = its peak above that "
         "while publishing.\n\n"
-        f"{model_table}\n\n"
+        f"{models_table}\n\n"
         "Task locality, one node per task. Full write = every task into an empty store; 1% write "
         "= the same map with 1% of the tasks moved (the store knows what it wrote, so it reads "
         "no entry, only the marker and `localityWrites`; another writer since makes it read "
