@@ -7,7 +7,8 @@ start to the first DONE barrier, every barrier state on the way, what each proce
 the peak memory (RSS) of the coordinator and of a processor. Not in ``make test``; a small size
 in ``tests/integration/test_zk_benchmark.py``.
 
-Usage: ``python benchmarks/million_partitions.py [--partitions N] [--timeout-s S]``.
+Usage: ``python benchmarks/million_partitions.py [--partitions N] [--timeout-s S]
+[--grouper-timeout-ms MS]``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ sys.path.insert(0, str(_ROOT))
 sys.path.insert(0, str(_ROOT / "tests"))
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import tempfile  # noqa: E402
@@ -41,7 +43,17 @@ def peak_mb(pid: int) -> float:
     return float("nan")
 
 
-def run(partitions: int, timeout_s: float) -> int:
+def grouper_runs(log: Path) -> list[str]:
+    """``<seconds> s ok|failed`` of each grouper run, from the coordinator's JSON log."""
+    runs = []
+    for line in log.read_text(errors="replace").splitlines():
+        if '"coordinator.grouper_ran"' in line:
+            record = json.loads(line)
+            runs.append(f"{record['seconds']:.1f} s {'ok' if record['ok'] else 'failed'}")
+    return runs
+
+
+def run(partitions: int, timeout_s: float, grouper_timeout_ms: int | None) -> int:
     with tempfile.TemporaryDirectory(prefix="million-") as workdir:
         server = EmbeddedZooKeeper(Path(workdir) / "zk", heap_mb=3072)
         server.start()
@@ -54,6 +66,12 @@ def run(partitions: int, timeout_s: float) -> int:
             debounce_max_ms=10_000,
             barrier_timeout_ms=30_000,
         )
+        if grouper_timeout_ms is not None:  # else the default, 30 s
+            text = job.config.read_text().replace(
+                "grouper: {name: host-affinity,",
+                f"grouper: {{name: host-affinity, timeout_ms: {grouper_timeout_ms},",
+            )
+            job.config.write_text(text)
         try:
             started = time.monotonic()
             for i, pid in enumerate(PROCESSORS):
@@ -82,7 +100,8 @@ def run(partitions: int, timeout_s: float) -> int:
                 f"running {running} ({sum(running.values()):,} tasks) after "
                 f"{time.monotonic() - started:.1f} s; coordinator peak RSS "
                 f"{peak_mb(coordinator.popen.pid):,.0f} MB, processor peak RSS "
-                f"{peak_mb(job.processors['p-1'].popen.pid):,.0f} MB; "
+                f"{peak_mb(job.processors['p-1'].popen.pid):,.0f} MB; grouper runs "
+                f"{grouper_runs(coordinator.log)}; "
                 f"load average {', '.join(f'{v:.1f}' for v in os.getloadavg())}"
             )
             if done is not None and sum(running.values()) == partitions:
@@ -100,10 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--partitions", type=int, default=1_000_000)
     parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument(
+        "--grouper-timeout-ms", type=int, default=None, help="grouper.timeout_ms (default 30000)"
+    )
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     logging.getLogger("kazoo").setLevel(logging.ERROR)
-    return run(args.partitions, args.timeout_s)
+    return run(args.partitions, args.timeout_s, args.grouper_timeout_ms)
 
 
 if __name__ == "__main__":
