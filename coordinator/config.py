@@ -31,6 +31,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
@@ -51,6 +52,7 @@ from coordinator.config_file import (
 )
 from metadata.model import StreamInput
 from metadata.zk.client import check_hosts, split_auth
+from metadata.zk.store import MAX_TASKS
 
 __all__ = [
     "ENV_ALIASES",
@@ -63,6 +65,8 @@ __all__ = [
 ]
 
 
+#: The error type of a job above what the metadata store holds (its message names the key).
+_STORE_LIMIT = "store_limit"
 #: An echoed value ("got ...") is cut to this many characters.
 MAX_ECHO_CHARS = 80
 
@@ -125,7 +129,7 @@ class ZooKeeperSection(_Section):
 class InputSection(_Section):
     system: str = Field(min_length=1)
     stream: str = Field(min_length=1)
-    partitions: Int = Field(ge=1)
+    partitions: Int = Field(ge=1, le=MAX_TASKS)  # what the metadata store holds
 
     def to_stream_input(self) -> StreamInput:
         return StreamInput(self.system, self.stream, self.partitions)
@@ -306,6 +310,28 @@ class JobConfig(BaseSettings):
     def stream_inputs(self) -> list[StreamInput]:
         return [i.to_stream_input() for i in self.inputs]
 
+    @model_validator(mode="after")
+    def _within_what_the_store_holds(self) -> JobConfig:
+        """The job's stream partitions (times the elasticity factor: each key bucket is one)
+        bound its tasks; both must fit in the metadata store (:data:`MAX_TASKS`)."""
+        partitions = sum(i.partitions for i in self.inputs)
+        factor = self.ssp_grouper.options.get("elasticity_factor", 1)
+        factor = factor if isinstance(factor, int) and not isinstance(factor, bool) else 1
+        if partitions * factor <= MAX_TASKS:
+            return self
+        if factor > 1:
+            message = (
+                f"ssp_grouper.options.elasticity_factor: {factor} x {partitions:,} input "
+                f"partitions = {partitions * factor:,} tasks' partitions, above the limit of "
+                f"{MAX_TASKS:,} the metadata store holds"
+            )
+        else:
+            message = (
+                f"inputs: {partitions:,} partitions in all, above the limit of {MAX_TASKS:,} "
+                "the metadata store holds"
+            )
+        raise PydanticCustomError(_STORE_LIMIT, message)
+
 
 #: Where the credentials live: values at these paths (and unknown keys beside them, a mistyped
 #: ``auth``) are never echoed in an error.
@@ -345,6 +371,9 @@ def _echo(loc: tuple[Any, ...], kind: str, value: Any) -> str:
 def _format_errors(exc: ValidationError, source: str, secrets: Iterable[str]) -> str:
     lines = []
     for err in exc.errors():
+        if err["type"] == _STORE_LIMIT:  # names its own key
+            lines.append(err["msg"])
+            continue
         where = ".".join(str(p) for p in err["loc"]) or "<top level>"
         message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         lines.append(f"{where}: {message}{_echo(tuple(err['loc']), err['type'], err.get('input'))}")

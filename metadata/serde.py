@@ -1,4 +1,5 @@
-"""Job-model JSON, format 1 (see docs/design.md and DESIGN.md "Job-model format").
+"""Job-model JSON, format 1 (see docs/design.md and DESIGN.md "Job-model format"); readers
+also accept format 2, the columns the store writes (:mod:`metadata.columns`).
 
 Writers emit every field, except a container's ``standby_tasks`` (same shape as ``tasks``), written
 only when it is not empty so that models without replicas read and write as before. Readers are
@@ -12,12 +13,18 @@ an integer, got 'x'``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from metadata.columns import COLUMNS_FORMAT, container_from_columns, document_from_columns
 from metadata.errors import JobModelFormatError
+from metadata.fields import JobModelDocument
+from metadata.fields import as_int as _int
+from metadata.fields import as_obj as _obj
+from metadata.fields import as_str as _str
+from metadata.fields import describe as _describe
+from metadata.fields import field as _get
 from metadata.model import (
     ContainerModel,
     FrozenMap,
@@ -28,6 +35,7 @@ from metadata.model import (
 
 __all__ = [
     "FORMAT",
+    "FORMATS",
     "JobModelDocument",
     "JobModelFormatError",
     "dump_job_model",
@@ -41,15 +49,8 @@ __all__ = [
 ]
 
 FORMAT = 1
-
-
-@dataclass(frozen=True, slots=True)
-class JobModelDocument:
-    """A decoded job-model document: the model plus the envelope fields of format 1."""
-
-    model: JobModel
-    run_id: str = ""
-    grouper: str = ""
+#: The formats this reader accepts: 1 (this module) and 2 (:mod:`metadata.columns`).
+FORMATS = (FORMAT, COLUMNS_FORMAT)
 
 
 # ---------------------------------------------------------------- writing
@@ -102,41 +103,6 @@ def dump_job_model(model: JobModel, *, run_id: str = "", grouper: str = "") -> b
 
 
 # ---------------------------------------------------------------- reading
-
-
-def _describe(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _get(obj: Mapping[str, Any], key: str, path: str, *, default: Any = ...) -> Any:
-    if key in obj:
-        return obj[key]
-    if default is ...:
-        raise JobModelFormatError(f"{path}.{key}" if path else key, "missing required field")
-    return default
-
-
-def _str(value: Any, path: str, *, nullable: bool = False) -> Any:
-    if value is None and nullable:
-        return None
-    if not isinstance(value, str):
-        raise JobModelFormatError(path, f"expected a string, got {_describe(value)}")
-    return value
-
-
-def _int(value: Any, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise JobModelFormatError(path, f"expected an integer, got {_describe(value)}")
-    return value
-
-
-def _obj(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise JobModelFormatError(
-            path or "<document>", f"expected an object, got {_describe(value)}"
-        )
-    return value
 
 
 def _ssp_from_dict(value: Any, path: str) -> SystemStreamPartition:
@@ -232,23 +198,24 @@ def _tasks_from_dict(obj: Mapping[str, Any], key: str, path: str) -> FrozenMap[s
     return FrozenMap(tasks)
 
 
-def _envelope(value: Any) -> tuple[Mapping[str, Any], int]:
-    """The document as an object, and its version, once its format is checked."""
+def _envelope(value: Any) -> tuple[Mapping[str, Any], int, int]:
+    """The document as an object, its format and its version, once both are checked."""
     obj = _obj(value, "")
     fmt = _int(_get(obj, "format", ""), "format")
-    if fmt != FORMAT:
-        raise JobModelFormatError(
-            "format", f"unsupported format {fmt} (this reader knows {FORMAT})"
-        )
+    if fmt not in FORMATS:
+        known = " and ".join(map(str, FORMATS))
+        raise JobModelFormatError("format", f"unsupported format {fmt} (this reader knows {known})")
     version = _int(_get(obj, "version", ""), "version")
     if version < 0:
         raise JobModelFormatError("version", f"must be >= 0, got {version}")
-    return obj, version
+    return obj, fmt, version
 
 
 def job_model_from_dict(value: Any) -> JobModelDocument:
-    """Decode a format-1 document (already parsed from JSON)."""
-    obj, version = _envelope(value)
+    """Decode a format-1 or format-2 document (already parsed from JSON)."""
+    obj, fmt, version = _envelope(value)
+    if fmt == COLUMNS_FORMAT:
+        return document_from_columns(obj, version)
     run_id = _str(_get(obj, "run_id", "", default=""), "run_id")
     grouper = _str(_get(obj, "grouper", "", default=""), "grouper")
     raw_config = _obj(_get(obj, "config", "", default={}), "config")
@@ -279,14 +246,16 @@ def load_job_model_document(data: bytes | str) -> JobModelDocument:
 
 
 def load_container(data: bytes | str, processor_id: str) -> tuple[int, ContainerModel | None]:
-    """From a format-1 document, its version and ``processor_id``'s container alone (None if it
-    has none): the other containers are parsed as JSON but not decoded, so a processor reading
-    a container view pays for its own tasks only."""
+    """From a format-1 or format-2 document, its version and ``processor_id``'s container alone
+    (None if it has none): the other containers are parsed as JSON but not decoded, so a
+    processor reading a container view pays for its own tasks only."""
     try:
         value = orjson.loads(data)
     except (ValueError, RecursionError) as exc:
         raise JobModelFormatError("<document>", f"not valid JSON: {exc}") from None
-    obj, version = _envelope(value)
+    obj, fmt, version = _envelope(value)
+    if fmt == COLUMNS_FORMAT:
+        return version, container_from_columns(obj, processor_id)
     raw_containers = _obj(_get(obj, "containers", ""), "containers")
     raw = raw_containers.get(processor_id)
     if raw is None:

@@ -42,6 +42,7 @@ from typing import Any
 
 import orjson
 
+from metadata.columns import ModelColumns
 from metadata.errors import CorruptDataError, JobModelFormatError
 from metadata.model import ContainerModel
 from metadata.serde import JobModelDocument, load_container, load_job_model_document
@@ -215,32 +216,30 @@ def compress_view(raw: bytes, *, epoch: int, index: int, level: int = 6) -> tupl
 
 
 def container_views(
-    document: Mapping[str, Any], *, epoch: int, first_index: int, size: int, chunk_size: int
+    columns: ModelColumns, *, epoch: int, first_index: int, size: int, chunk_size: int
 ) -> list[tuple[ChunkRef, bytes]]:
-    """The container views of a job model (none if it has no containers): ``document`` is its
-    format-1 dict (whose container entries the views share), ``size`` its compressed size;
-    the views are named from chunk ``first_index`` on. Views are compressed faster (level 1,
-    larger) and spread by a hash (uneven): they aim well below ``chunk_size``."""
-    containers: Mapping[str, Any] = document["containers"]
-    if not containers:
+    """The container views of a job model (none if it has no containers): ``columns`` is its
+    format-2 encoding (each view is the format-2 document of some of its containers), ``size``
+    its compressed size; the views are named from chunk ``first_index`` on. Views are
+    compressed faster (level 1, larger) and spread by a hash (uneven): they aim well below
+    ``chunk_size``."""
+    pids = list(columns.blocks)
+    if not pids:
         return []
     target = min(VIEW_TARGET_BYTES, max(1, chunk_size // 4))
-    count = min(len(containers), max(1, math.ceil(size / target)))
-    groups: dict[int, dict[str, Any]] = defaultdict(dict)
-    for pid, container in containers.items():
-        groups[view_index(pid, count)][pid] = container
-    views = []
-    for index in range(count):
-        part = {
-            "format": document["format"],
-            "version": document["version"],
-            "run_id": document["run_id"],
-            "containers": dict(sorted(groups.get(index, {}).items())),
-        }
-        views.append(
-            compress_view(orjson.dumps(part), epoch=epoch, index=first_index + index, level=1)
+    count = min(len(pids), max(1, math.ceil(size / target)))
+    groups: dict[int, list[str]] = defaultdict(list)
+    for pid in pids:
+        groups[view_index(pid, count)].append(pid)
+    return [
+        compress_view(
+            orjson.dumps(columns.document(groups.get(index, []))),
+            epoch=epoch,
+            index=first_index + index,
+            level=1,
         )
-    return views
+        for index in range(count)
+    ]
 
 
 def check_chunk(ref: ChunkRef, data: bytes | None, *, path: str, what: str) -> bytes:

@@ -12,6 +12,7 @@
       barriers/barrier_<version>/participants/<processor id, url-encoded>   ephemeral
       localityData                        JSON {"run_id"}: the run the entries belong to
       localityData/<task name, url-encoded>   the task's location id (UTF-8 text)
+      localityWrites                      empty; every locality write transaction bumps its version
       leader/epoch                        the leader epoch (decimal text); fences leader writes
       leader/election/                    election nodes (kazoo's Election recipe)
       checkpoints/<system>.<stream>.<partition>   JSON {"format", "factor", "offsets"}: the input
@@ -175,6 +176,10 @@ class JobLayout:
 
     def locality_entry(self, task_name: str) -> str:
         return f"{self.locality}/{encode_name(task_name)}"
+
+    @property
+    def locality_writes(self) -> str:
+        return f"{self.folder}/localityWrites"
 
     @property
     def leader(self) -> str:

@@ -50,12 +50,22 @@ from metadata.zk.recipe.locality import TaskLocalityStore
 from metadata.zk.recipe.processors import ProcessorRegistry
 from metadata.zk.recipe.standby_lag import StandbyLagStore
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "DEPRECATED_NAMES", "MAX_CHUNK_SIZE", "ZkMetadataStore"]
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "DEPRECATED_NAMES",
+    "MAX_CHUNK_SIZE",
+    "MAX_TASKS",
+    "ZkMetadataStore",
+]
 
 #: Default chunk size of a stored job model: well below ZooKeeper's 1 MB request limit.
 DEFAULT_CHUNK_SIZE = 900_000
 #: The largest chunk size the store accepts (a chunk plus its request overhead must fit).
 MAX_CHUNK_SIZE = SAFE_REQUEST_BYTES - 4_096
+#: The most tasks (and input partitions) a job may have: what the store is measured to hold with
+#: room to spare (``benchmarks/zk_store.py``, docs/benchmarks.md: a 1,000,000-task model and its
+#: locality nodes). At 10,000,000 a coordinator ran out of memory before publishing.
+MAX_TASKS = 2_000_000
 
 #: Deprecated: the store's members of before the recipes, old name -> ``"attribute.member"``.
 #: Kept so that external scripts written against them still run; new code calls the recipe.
@@ -138,7 +148,7 @@ class ZkMetadataStore:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         retry_deadline_s: float = 30.0,
         op_timeout_s: float = 15.0,
-        compression_level: int = 6,
+        compression_level: int = 1,
     ) -> None:
         if retention < 1:
             raise ValueError(f"retention must be >= 1, got {retention}")
@@ -247,6 +257,7 @@ class ZkMetadataStore:
             (self.layout.job_model_version, b""),
             (self.layout.epoch, b"0"),
             (self.layout.locality, self.locality.marker_data()),
+            (self.layout.locality_writes, b""),
         ]
         missing = []
         for path, data in nodes:

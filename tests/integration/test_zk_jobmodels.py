@@ -253,11 +253,23 @@ def write_payload(store: ZkMetadataStore, payload: bytes) -> str:
 
 def test_unknown_job_model_format(published: ZkMetadataStore) -> None:
     document = json.loads(dump_job_model(job_model(1, 3)))
-    document["format"] = 2
+    document["format"] = 3
     path = write_payload(published, json.dumps(document).encode())
-    with pytest.raises(CorruptDataError, match="unsupported format 2") as error:
+    with pytest.raises(CorruptDataError, match="unsupported format 3") as error:
         published.job_models.read(1)
     assert error.value.path == path
+
+
+def test_the_store_writes_format_2_and_still_reads_format_1(published: ZkMetadataStore) -> None:
+    manifest = published.job_models.read_manifest(1)
+    folder = f"{published.layout.folder}/jobModels/1"
+    chunks = {ref.name: published.client.get(f"{folder}/{ref.name}")[0] for ref in manifest.chunks}
+    stored = json.loads(zlib.decompress(b"".join(chunks[ref.name] for ref in manifest.chunks)))
+    assert stored["format"] == 2
+    model = job_model(1, 2000)
+    write_payload(published, dump_job_model(model))  # as a leader of an earlier release wrote it
+    assert published.job_models.read(1) == model
+    assert published.job_models.read_container(1, "p-1") == model.containers["p-1"]
 
 
 def test_job_model_that_is_not_json(published: ZkMetadataStore) -> None:

@@ -50,16 +50,49 @@ def test_rewrite_with_one_percent_changed_writes_one_percent(zk_store: ZkMetadat
     changed = dict(before)
     for i in range(0, tasks, 100):  # 1% of the tasks move
         changed[f"Partition {i}"] = "zone-9/elsewhere"
-    ops_before = zk_store.ops
+    ops_before, reads_before, transactions_before = (
+        zk_store.ops,
+        zk_store.reads,
+        zk_store.transactions,
+    )
     one_percent_ops = zk_store.locality.write(changed)
 
     assert full_ops == tasks
     assert transactions > 1  # batched: 100,000 entries do not fit in one request
     assert one_percent_ops == tasks // 100
-    assert zk_store.ops - ops_before == tasks // 100  # the store's own operation counter agrees
+    # The store's own operation counter agrees (each transaction also bumps localityWrites) ...
+    bumps = zk_store.transactions - transactions_before
+    assert zk_store.ops - ops_before == tasks // 100 + bumps
+    # ... and it read no entry: it knows what it wrote (the marker and localityWrites only).
+    assert zk_store.reads - reads_before == 2
     assert zk_store.locality.write(changed) == 0  # nothing differs: nothing written
     assert zk_store.locality.read() == changed
     assert full_seconds < 60
+
+
+def test_a_write_by_another_store_is_seen_before_skipping_an_entry(
+    zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
+) -> None:
+    """A task moves to another processor and back: its first writer's memory of the entry is
+    stale, so it reads again rather than skip the write."""
+    other = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
+    assert zk_store.locality.write({"t1": "host-a", "t2": "host-a"}) == 2
+    assert other.locality.write({"t1": "host-b"}) == 1
+    assert zk_store.locality.write({"t1": "host-a", "t2": "host-a"}) == 1
+    assert zk_store.locality.read() == {"t1": "host-a", "t2": "host-a"}
+    assert other.locality.write({"t1": "host-b", "t2": "host-b"}) == 2
+    assert zk_store.locality.write({"t2": "host-c"}) == 1
+    assert other.locality.read() == {"t1": "host-b", "t2": "host-c"}
+
+
+def test_a_locality_reset_is_seen_before_skipping_an_entry(
+    zk_store: ZkMetadataStore, zk_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
+) -> None:
+    other = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
+    assert zk_store.locality.write({"t1": "host-a"}) == 1
+    other.locality.reset()
+    assert zk_store.locality.write({"t1": "host-a"}) == 1
+    assert other.locality.read() == {"t1": "host-a"}
 
 
 def test_write_is_a_partial_update(zk_store: ZkMetadataStore) -> None:

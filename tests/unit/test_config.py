@@ -523,3 +523,50 @@ def test_yaml_size_count_and_depth_are_bounded(tmp_path: Path) -> None:
     assert f"more than {MAX_YAML_NODES} YAML values" in config_error(write(tmp_path, many))
     deep = FULL_YAML + "grouper: {options: {x: " + "[" * 100_000 + "]" * 100_000 + "}}\n"
     assert f"nested more than {MAX_YAML_DEPTH} deep" in config_error(write(tmp_path, deep))
+
+
+# -- what the metadata store holds -----------------------------------------------------------------
+
+
+def _inputs(*partitions: int) -> list[dict[str, Any]]:
+    return [
+        {"system": "kafka", "stream": f"s{i}", "partitions": n} for i, n in enumerate(partitions)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"inputs": _inputs(2_000_001)},
+            "inputs.0.partitions: Input should be less than or equal to 2000000 (got 2000001)",
+        ),
+        (
+            {"inputs": _inputs(1_500_000, 600_000)},
+            "inputs: 2,100,000 partitions in all, above the limit of 2,000,000 the metadata "
+            "store holds",
+        ),
+        (
+            {
+                "inputs": _inputs(500_000),
+                "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": 8}},
+            },
+            "ssp_grouper.options.elasticity_factor: 8 x 500,000 input partitions = 4,000,000 "
+            "tasks' partitions, above the limit of 2,000,000 the metadata store holds",
+        ),
+    ],
+    ids=["one input", "all inputs", "virtual tasks"],
+)
+def test_partitions_and_tasks_beyond_what_the_store_holds_are_one_clear_line(
+    data: dict[str, Any], expected: str
+) -> None:
+    message = config_error(data={"job": {"name": "clicks"}, **data}, environ={})
+    assert message == f"invalid configuration in <data>: {expected}"
+    assert "\n" not in message
+
+
+def test_partitions_up_to_what_the_store_holds_are_fine() -> None:
+    config = load_config(
+        data={"job": {"name": "c"}, "inputs": _inputs(1_000_000, 1_000_000)}, environ={}
+    )
+    assert sum(i.partitions for i in config.stream_inputs()) == 2_000_000

@@ -374,7 +374,7 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
     ("string document", "hello", "<document>", "expected an object"),
     ("null document", None, "<document>", "expected an object"),
     ("missing format", _with(["format"], None, delete=True), "format", "missing"),
-    ("format 2", _with(["format"], 2), "format", "unsupported format 2"),
+    ("format 3", _with(["format"], 3), "format", "unsupported format 3"),
     ("format string", _with(["format"], "1"), "format", "expected an integer"),
     ("version -1", _with(["version"], -1), "version", "must be >= 0"),
     ("version '7'", _with(["version"], "7"), "version", "expected an integer, got '7'"),

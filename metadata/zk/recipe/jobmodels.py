@@ -5,7 +5,8 @@ Publishing version v (a leader write, every step fenced by the leader epoch):
 1. early checks, writing nothing: the epoch is still in force, v is above the latest version;
 2. ``jobModels/<v>`` is created empty (the folder of the chunks; empty = not committed), and the
    leftovers of an earlier uncommitted attempt of an epoch not newer than ours are removed;
-3. the job-model JSON (format 1) is compressed and split into chunks of at most ``chunk_size``
+3. the job-model JSON (format 2: columns, :mod:`metadata.columns`; readers accept format 1
+   too) is compressed and split into chunks of at most ``chunk_size``
    bytes, each created as ``jobModels/<v>/e<epoch>-<i>`` in its own fenced transaction; then the
    *container views* (:func:`~metadata.zk.chunks.container_views`: a processor reads its own
    tasks from one node of a few KB instead of the whole model), in as few fenced transactions as
@@ -32,9 +33,10 @@ import orjson
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
+from metadata.columns import ModelColumns
 from metadata.errors import CorruptDataError
 from metadata.model import ContainerModel, JobModel
-from metadata.serde import JobModelDocument, job_model_to_dict
+from metadata.serde import JobModelDocument
 from metadata.zk.chunks import (
     ChunkRef,
     Manifest,
@@ -90,7 +92,7 @@ class JobModelStore:
         run_id: str,
         chunk_size: int,
         retention: int,
-        compression_level: int = 6,
+        compression_level: int = 1,
     ) -> None:
         self._ops = ops
         self._layout = layout
@@ -226,15 +228,15 @@ class JobModelStore:
         base: int | None,
         losing: Collection[str],
     ) -> _Encoded:
-        """The job-model JSON, compressed into chunks, its container views and its manifest
-        (with ``base`` and ``losing`` when given)."""
-        document = job_model_to_dict(model, run_id=self._run_id, grouper=grouper)
-        raw = orjson.dumps(document)
+        """The job-model JSON (format 2, :mod:`metadata.columns`), compressed into chunks, its
+        container views and its manifest (with ``base`` and ``losing`` when given)."""
+        columns = ModelColumns(model, run_id=self._run_id, grouper=grouper)
+        raw = orjson.dumps(columns.document())
         manifest, chunks = split_blob(
             raw, version=model.version, epoch=epoch, chunk_size=self._chunk_size, level=self._level
         )
         views = container_views(
-            document,
+            columns,
             epoch=epoch,
             first_index=len(chunks),
             size=manifest.size,

@@ -11,19 +11,28 @@ changed one), batched into transactions below ZooKeeper's request limit. Each tr
 the ``localityData`` node's version, so no entry lands in a folder that was reset meanwhile.
 Writes are partial updates: tasks not named keep their entry (each processor writes its own tasks,
 invariant I4).
+
+No per-node reads where the store knows the values: every write transaction also bumps the
+version of ``localityWrites`` (an unconditional set, so writers never conflict on it). A store
+remembers the entries it wrote or read with their node versions, and the ``localityWrites``
+version its own last transaction left; while that version (and the ``localityData`` marker) is
+unchanged, no one else wrote, so it compares with what it remembers and reads nothing. Once anyone
+else wrote, it forgets and reads again; a conditional set that fails on a stale version makes it
+forget and retry.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from kazoo.protocol.states import ZnodeStat
 
 from metadata.errors import CorruptDataError
 from metadata.zk.errors import NotFound, WriteConflict
 from metadata.zk.layout import JobLayout, decode_name
-from metadata.zk.ops import Op, ZkOps
+from metadata.zk.ops import SAFE_REQUEST_BYTES, Op, ZkOps
+from metadata.zk.transaction import batches
 
 __all__ = ["TaskLocalityStore"]
 
@@ -51,6 +60,7 @@ class TaskLocalityStore:
         self._path = layout.locality
         self._run_id = run_id
         self._max_attempts = max_attempts
+        self._known = _Known()
 
     def marker_data(self) -> bytes:
         return json.dumps({"run_id": self._run_id}, separators=(",", ":")).encode()
@@ -124,15 +134,6 @@ class TaskLocalityStore:
     def write(self, locality: Mapping[str, str]) -> int:
         """Write the entries of ``locality`` that differ from what is stored; returns the number
         of write operations (creates, sets, and deletes of a reset for a new run)."""
-        wanted: dict[str, bytes] = {}
-        for task, location in locality.items():
-            if not isinstance(task, str) or not task:
-                raise ValueError(f"task name must be a non-empty string, got {task!r}")
-            if not isinstance(location, str) or not location or not location.isprintable():
-                raise ValueError(
-                    f"location id of {task!r} must be printable text, got {location!r}"
-                )
-            wanted[self._layout.locality_entry(task)] = location.encode()
         applied = 0
         for attempt in range(1, self._max_attempts + 1):
             marker = self._marker()
@@ -145,27 +146,81 @@ class TaskLocalityStore:
                 if run_id != self._run_id:
                     applied += self._reset(stat, run_id)
                     continue
-                applied += self._write_changed(wanted, stat)
+                applied += self._write_changed(locality, stat)
                 return applied
             except _CONFLICTS as exc:
+                self._known.forget()
                 self._ops.log.info("zk.locality_write_conflict", attempt=attempt, error=str(exc))
         raise WriteConflict(
             self._path, f"task locality changed concurrently in {self._max_attempts} attempts"
         )
 
-    def _write_changed(self, wanted: Mapping[str, bytes], marker: ZnodeStat) -> int:
-        current = self._ops.get_many(wanted, "read task locality", self._path)
-        ops = []
-        for path, data in wanted.items():
-            entry = current.get(path)
-            if entry is None:
+    def _write_changed(self, locality: Mapping[str, str], marker: ZnodeStat) -> int:
+        known = self._known
+        writes = self._writes_version()
+        if (known.marker, known.writes) != (marker.version, writes):
+            known.forget()  # another writer (or a reset) since our last write
+        changed = {t: loc for t, loc in locality.items() if known.location.get(t) != loc}
+        wanted = {
+            task: (self._layout.locality_entry(task), data) for task, data in _checked(changed)
+        }
+        unknown = [path for task, (path, _) in wanted.items() if task not in known.version]
+        current = self._ops.get_many(unknown, "read task locality", self._path)
+        ops, tasks = [], []
+        for task, (path, data) in wanted.items():
+            version = known.version.get(task)
+            entry = None if version is not None else current.get(path)
+            if version is not None:
+                ops.append(Op("set", path, data, version=version))
+            elif entry is None:
                 ops.append(Op("create", path, data))
             elif entry[0] != data:
                 ops.append(Op("set", path, data, version=entry[1].version))
-        guard = Op("check", self._path, version=marker.version)
-        applied = self._ops.commit_batched(ops, "write task locality", guards=[guard])
-        self._ops.log.debug("zk.locality_written", tasks=len(wanted), written=applied)
-        return applied
+            else:
+                known.remember(task, changed[task], entry[1].version)
+                continue
+            tasks.append((task, changed[task]))
+        self._commit(ops, tasks, marker, writes)
+        self._ops.log.debug("zk.locality_written", tasks=len(locality), written=len(ops))
+        return len(ops)
+
+    def _commit(
+        self, ops: list[Op], tasks: list[tuple[str, str]], marker: ZnodeStat, writes: int
+    ) -> None:
+        """Apply ``ops`` (writing ``tasks``, in order) in batched transactions, each checking the
+        marker and bumping ``localityWrites``; remember what was written, and whether only we
+        wrote since ``writes``."""
+        known = self._known
+        guards = [
+            Op("check", self._path, version=marker.version),
+            Op("set", self._layout.locality_writes, b"", version=-1),
+        ]
+        reserved = sum(self._ops.request_size(g) for g in guards)
+        done = 0
+        alone = True
+        for batch in batches(
+            ops, budget=SAFE_REQUEST_BYTES, reserved=reserved, size=self._ops.request_size
+        ):
+            results = self._ops.commit([*guards, *batch], "write task locality")
+            writes += 1
+            alone = alone and results[1].version == writes
+            for op, result in zip(batch, results[2:], strict=True):
+                version = 0 if op.kind == "create" else result.version
+                known.remember(*tasks[done], version)
+                done += 1
+        known.marker = marker.version
+        known.writes = writes if alone else None
+
+    def _writes_version(self) -> int:
+        """The version of ``localityWrites`` (created if missing: a job laid out before it)."""
+        path = self._layout.locality_writes
+        found = self._ops.get(path, "read locality writes")
+        if found is None:
+            self._ops.ensure(path, what="create locality writes")
+            found = self._ops.get(path, "read locality writes")
+            if found is None:
+                raise NotFound(path, "locality writes node vanished")
+        return int(found[1].version)
 
     def reset(self) -> int:
         """Start this run's locality: delete every entry (of any run), mark the run id."""
@@ -181,6 +236,7 @@ class TaskLocalityStore:
         raise WriteConflict(self._path, "task locality changed concurrently while resetting it")
 
     def _reset(self, marker: ZnodeStat, old_run: str | None) -> int:
+        self._known.forget()
         names = self._ops.children(self._path, "list task locality") or []
         deletes = [Op("delete", f"{self._path}/{name}") for name in names]
         guard = Op("check", self._path, version=marker.version)
@@ -192,3 +248,33 @@ class TaskLocalityStore:
             "zk.locality_reset", old_run_id=old_run, run_id=self._run_id, deleted=applied
         )
         return applied + 1
+
+
+def _checked(locality: Mapping[str, str]) -> Iterator[tuple[str, bytes]]:
+    """(task, encoded location) of each entry; ValueError for a bad task name or location."""
+    for task, location in locality.items():
+        if not isinstance(task, str) or not task:
+            raise ValueError(f"task name must be a non-empty string, got {task!r}")
+        if not isinstance(location, str) or not location or not location.isprintable():
+            raise ValueError(f"location id of {task!r} must be printable text, got {location!r}")
+        yield task, location.encode()
+
+
+class _Known:
+    """What a store knows is stored: task -> location and node version, valid while the marker
+    and ``localityWrites`` are at ``marker`` and ``writes`` (None: not known)."""
+
+    def __init__(self) -> None:
+        self.location: dict[str, str] = {}
+        self.version: dict[str, int] = {}
+        self.marker: int | None = None
+        self.writes: int | None = None
+
+    def remember(self, task: str, location: str, version: int) -> None:
+        self.location[task] = location
+        self.version[task] = version
+
+    def forget(self) -> None:
+        self.location.clear()
+        self.version.clear()
+        self.marker = self.writes = None
