@@ -18,7 +18,12 @@ Two things for plugin authors (needs ``hypothesis``, a test dependency, not a ru
   * SEP-32 virtual tasks: :func:`virtual_grouper_inputs` draws a split or merge (the elasticity
     factor doubled, halved, or changed from/to 1) with the previous tasks' stream partitions in
     ``previous_task_to_ssps``, so history is recorded under names that no longer exist; these
-    are checked for validity and purity too.
+    are checked for validity and purity too;
+- :func:`check_replica_options` (:mod:`groupers.testing.replicas`), for a grouper that takes the
+  replica options (``standby_replicas``, ``max_warmup_replicas``, ``acceptable_recovery_lag``,
+  ``max_moves_per_rebalance``): the rules of DESIGN.md "Replicas and capacity" that show in its
+  answers (standby counts, warm-up moves only to caught-up copies, the movement limit, balance
+  by capacity), on inputs with capacities, copies and several streams.
 
 Use it from a test::
 
@@ -42,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from groupers.testing.kit import canonical, check_grouper
+    from groupers.testing.replicas import check_replica_options
     from groupers.testing.strategies import (
         GrouperInput,
         grouper_inputs,
@@ -54,6 +60,7 @@ __all__ = [
     "GrouperInput",
     "canonical",
     "check_grouper",
+    "check_replica_options",
     "grouper_inputs",
     "locations",
     "task_models",
@@ -64,6 +71,7 @@ _HOME = {
     "GrouperInput": "strategies",
     "canonical": "kit",
     "check_grouper": "kit",
+    "check_replica_options": "replicas",
     "grouper_inputs": "strategies",
     "locations": "strategies",
     "task_models": "strategies",

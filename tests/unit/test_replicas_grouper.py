@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from groupers import GrouperMetadata, InvalidAssignment, get_grouper, validate
 from groupers.locations import common_depth, location_path
 from groupers.measures import owners, tasks_moved
-from groupers.testing import GrouperInput, check_grouper, grouper_inputs
+from groupers.testing import GrouperInput, check_grouper, check_replica_options, grouper_inputs
 from metadata.model import ContainerModel, SystemStreamPartition, TaskModel
 
 PLAIN = get_grouper("host-affinity")
@@ -254,3 +254,35 @@ def test_conformance_kit_rejects_a_standby_on_its_active() -> None:
 
     with pytest.raises(InvalidAssignment, match="has a standby on its active processor"):
         check_grouper(Doubling(), max_examples=5, hash_seeds=())
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"standby_replicas": 2},
+        {"max_warmup_replicas": 2, "acceptable_recovery_lag": 1},
+        {"max_warmup_replicas": 1, "standby_replicas": 1},
+        {"max_moves_per_rebalance": 2},
+        {"max_moves_per_rebalance": 1, "max_warmup_replicas": 3, "acceptable_recovery_lag": 2},
+    ],
+)
+def test_replica_options_kit(options: dict[str, int]) -> None:
+    grouper = get_grouper("host-affinity", **options)
+    check_replica_options(grouper, max_examples=20, **options)
+    check_grouper(grouper, max_examples=8, hash_seeds=(), subprocess_examples=0, virtual_examples=2)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_moves_per_rebalance": 1}, "tasks moved"),
+        ({"max_warmup_replicas": 1}, "no caught-up copy"),
+        ({"standby_replicas": 1}, "standby copies"),
+    ],
+)
+def test_replica_options_kit_catches_a_grouper_that_ignores_them(
+    options: dict[str, int], message: str
+) -> None:
+    with pytest.raises(AssertionError, match=message):
+        check_replica_options(PLAIN, max_examples=100, shrink=False, **options)
