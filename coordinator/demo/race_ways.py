@@ -213,7 +213,9 @@ class SparkWay:
         metrics = progress["stateOperators"][0].get("customMetrics", {})
         loaded = int(metrics.get("rocksdbNumLoadedFromDfs", 0))
         replayed = int(metrics.get("rocksdbNumReplayChangelogFiles", 0))
-        copied = int(metrics.get("rocksdbBytesCopied", 0))
+        # the provider keeps the last load's figure on a store that loads nothing (and a
+        # background snapshot upload overwrites it): only a batch that loaded stores copied
+        copied = int(metrics.get("rocksdbBytesCopied", 0)) if loaded else 0
         return RaceBatch(
             batch=batch,
             phase=phase,
