@@ -227,7 +227,7 @@ def markdown(f: dict[str, Any], load: str) -> str:
             f"{'yes' if f['outputs_equal_each_other'] else 'NO'}.",
             "- warm: affinity tasks whose state was in memory or in the host's local copy; Spark "
             "stores not loaded from the checkpoint (`rocksdbNumLoadedFromDfs`). In the fill "
-            "batch affinity's tasks are new (not warm) and Spark's new stores load nothing.",
+            "batch affinity's tasks are new (not counted) and Spark's new stores load nothing.",
             "- Spark's state loaded is the changelog files its stores replayed "
             "(`rocksdbNumReplayChangelogFiles`, sizes read on the checkpoint) plus "
             "`rocksdbBytesCopied` (snapshot files; none is loaded while the stores have fewer "

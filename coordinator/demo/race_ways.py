@@ -145,8 +145,8 @@ class RaceBatch:
     seconds: float
     bytes_loaded: int
     rows_out: int
-    tasks: int
-    warm: int  # tasks (stores) whose state was where they ran: nothing loaded from checkpoints
+    tasks: int  # tasks (stores) that had a state to find
+    warm: int  # of those, the ones whose state was where they ran: nothing loaded
 
     @property
     def warm_ratio(self) -> float:
@@ -308,7 +308,7 @@ class AffinityWay:
                 seconds=durations.get(r.batch, r.seconds),
                 bytes_loaded=r.bytes_restored,
                 rows_out=r.rows_out,
-                tasks=r.tasks,
+                tasks=r.tasks - r.new,  # tasks that had a state to find (new ones had none)
                 warm=r.warm,
             )
             for r in reports

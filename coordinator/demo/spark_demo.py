@@ -115,6 +115,7 @@ class Demo:
 
     def stop(self) -> None:
         self.race.stop()
+        _stop_driver_jvms()
 
     def phases(self) -> dict[int, str]:
         """Batch index -> the failure before it: an executor killed, then the application
@@ -124,6 +125,12 @@ class Demo:
         return {kill: "executor killed", restart: "application restarted"}
 
     def run(self) -> None:
+        try:
+            self._run()
+        except TimeoutError as exc:  # executors or a job model that did not come in time
+            raise DemoError(str(exc)) from None
+
+    def _run(self) -> None:
         started = time.perf_counter()
         self.race.start()
         failures = self.phases()

@@ -37,7 +37,7 @@ def test_demo_json(tmp_path: Path) -> None:
         str(workdir),
     ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=420)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-4000:]
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         assert set(figures) == {
