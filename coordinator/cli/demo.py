@@ -1,5 +1,7 @@
-"""``affinity demo``: the reference stateful pipeline on a real Spark cluster, placed by a real
-coordinator, against Spark's default placement (:mod:`coordinator.demo.spark_demo`); with
+"""``affinity demo``: a stateful Structured Streaming query on a real Spark cluster, run by
+``stateful_foreach_batch`` with a real coordinator side by side with Spark's own RocksDB state
+store, through an executor loss and an application restart (:mod:`coordinator.demo.spark_demo`);
+with
 ``--simulate``, the grouper-only replay of a job's life (:mod:`coordinator.demo.simulation`).
 """
 
@@ -25,7 +27,7 @@ def run_demo(args: argparse.Namespace) -> int:
 def add_commands(subparsers: Any) -> None:
     demo = subparsers.add_parser(
         "demo",
-        help="the reference pipeline on a local Spark cluster, placed by the coordinator",
+        help="a stateful streaming query on a local Spark cluster: affinity vs Spark's state store",
     )
     demo.add_argument("--json", action="store_true", help="print the totals as JSON last")
     demo.add_argument(
@@ -34,10 +36,17 @@ def add_commands(subparsers: Any) -> None:
         help="replay rebalances through the groupers only (no ZooKeeper, no Spark)",
     )
     demo.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="draw warm ratio and bytes restored"
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="draw warm ratio, state bytes loaded and batch time",
     )
     demo.add_argument(
-        "--batches", type=int, default=8, help="batches to run (half before the kill; >= 3)"
+        "--batches",
+        type=int,
+        default=8,
+        help="batches to run (an executor killed after 3/8 of them, the application "
+        "restarted after 3/4; >= 4)",
     )
     demo.add_argument(
         "--workdir", type=Path, help="work directory (default: a temporary one, removed after)"

@@ -1,16 +1,16 @@
-"""``affinity demo``: the reference stateful pipeline on a real Spark cluster, placed by a real
-coordinator, against Spark's default placement.
+"""``affinity demo``: a user's ``applyInPandasWithState`` query over Spark's file source, run
+side by side by Spark's own stateful operator (RocksDB state store provider, changelog
+checkpointing) and by affinity's ``stateful_foreach_batch`` with a real coordinator, through an
+executor loss and an application restart (:mod:`coordinator.demo.streaming_race`).
 
-It starts a private ZooKeeper (:mod:`coordinator.demo.zookeeper`), a :class:`CoordinatorService`
-in a thread (debounce 500 ms, one input stream of N partitions, ``group-by-partition``,
-``host-affinity``) and a standalone Spark cluster with workers on 127.0.0.2-4 (one executor each).
-The driver plays its executors' member role (:class:`SparkDriverMember`: each executor a
-processor, followed through the same member machine as ``affinity processor run``): on each new
-job-model version it joins barrier v for the executors the model names, and once it is DONE runs
-the next batch with the model's placement; after a batch it writes the task locality. The same
-batches also run with Spark's default placement (no preferred locations). Half-way, one executor
-is killed (its worker starts a replacement with a new id on the same host); the coordinator
-publishes a new version.
+It starts a private ZooKeeper (:mod:`coordinator.demo.zookeeper`), a standalone Spark cluster
+with workers on 127.0.0.2-4 (one executor each) and one application running both queries on the
+same input files. affinity's driver member registers the executors as processors and follows the
+job models of a coordinator embedded in the driver; each task runs on the executor its model
+names and keeps its state on that host. After a few batches one executor is killed (its worker
+starts a replacement on the same host), later the application is restarted from the same
+checkpoints. Per batch: how many tasks found their state where they ran, the state bytes loaded
+from the checkpoints and the batch's duration, for both.
 
 Every process started here (ZooKeeper, the Spark JVMs, the coordinator thread) is stopped at the
 end, also on Ctrl-C or SIGTERM.
@@ -28,14 +28,13 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from coordinator.config import JobConfig, load_config
+from coordinator.demo.race_ways import WAYS, RaceBatch, RaceInput
 from coordinator.demo.report import (
     STRATEGIES,
     BatchFigures,
@@ -45,20 +44,14 @@ from coordinator.demo.report import (
     plot,
     table,
 )
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
-from coordinator.leader.service import CoordinatorService
-from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
-from groupers.measures import tasks_moved
-from metadata.zk import ZkMetadataStore, connect
+from coordinator.demo.streaming_race import StreamingRace
 
 __all__ = ["DemoResult", "run_demo"]
 
-HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
-LOCALITY_WAIT = "30s"
-NUM_TASKS = 12
-NUM_KEYS = 2_000
-EVENTS_PER_BATCH = 1_000
-MODEL_TIMEOUT_S = 60.0
+NUM_TASKS = 4  # affinity tasks and Spark state partitions
+NUM_KEYS = 200  # users: batch 0 fills the state of every one
+EVENTS_PER_BATCH = 50
+PAD = 40_000  # state characters per user (8 MB of state in all)
 
 
 class DemoError(RuntimeError):
@@ -77,28 +70,6 @@ def _pipeline() -> Any:
             f" ({exc})"
         ) from None
     return module
-
-
-def job_config(num_tasks: int) -> JobConfig:
-    """The demo job: one stream of ``num_tasks`` partitions, host-affinity, 500 ms debounce."""
-    ap = _pipeline()
-    return load_config(
-        data={
-            "job": {"name": "affinity-demo", "id": "1", "run_id": "demo"},
-            "inputs": [
-                {"system": ap.INPUT_SYSTEM, "stream": ap.INPUT_STREAM, "partitions": num_tasks}
-            ],
-            "ssp_grouper": {"name": "group-by-partition"},
-            "grouper": {"name": "host-affinity"},
-            "coordinator": {
-                "debounce_ms": 500,
-                "debounce_max_ms": 5000,
-                "barrier_timeout_ms": 20000,
-                "processor_grace_ms": 0,
-            },
-        },
-        environ={},
-    )
 
 
 def _stop_driver_jvms(timeout_s: float = 5.0) -> None:
@@ -128,192 +99,69 @@ def _stop_driver_jvms(timeout_s: float = 5.0) -> None:
 
 
 class Demo:
-    """ZooKeeper, the coordinator, the Spark cluster, the application and both pipelines."""
+    """The streaming race (:class:`StreamingRace`) with the demo's phases and figures."""
 
     def __init__(self, workdir: Path, batches: int, progress: Progress) -> None:
-        ap = _pipeline()
-        self.ap = ap
-        self.workdir = workdir
+        _pipeline()
         self.batches = batches
         self.progress = progress
-        self.zookeeper = EmbeddedZooKeeper(workdir / "zookeeper")
-        self.cluster = ap.cluster.StandaloneCluster(workdir / "spark", HOSTS)
-        self.config = job_config(NUM_TASKS)
-        self.pipeline_configs = {
-            name: ap.PipelineConfig(
-                local_store_dir=str(workdir / slug / "local"),
-                checkpoint_dir=str(workdir / slug / "checkpoints"),
-                num_tasks=NUM_TASKS,
-                num_keys=NUM_KEYS,
-                events_per_batch=EVENTS_PER_BATCH,
-            )
-            for name, slug in zip(STRATEGIES, ("affinity", "default"), strict=True)
-        }
+        self.race = StreamingRace(
+            workdir,
+            RaceInput(workdir / "input", users=NUM_KEYS, rows=EVENTS_PER_BATCH, pad=PAD),
+            tasks=NUM_TASKS,
+            note=progress.note,
+        )
         self.result = DemoResult()
-        self.reports: dict[str, list[Any]] = {name: [] for name in STRATEGIES}
-        self.clients: list[Any] = []
-        self.stop_coordinator = threading.Event()
-        self.coordinator_thread: threading.Thread | None = None
-        self.session: Any = None
-        self.driver: SparkDriverMember | None = None
-        self.in_force: DriverAssignment | None = None
-
-    # ------------------------------------------------------------------ set-up / tear-down
-
-    def _store(self) -> ZkMetadataStore:
-        client = connect(self.zookeeper.hosts, session_timeout_s=10.0)
-        self.clients.append(client)
-        return ZkMetadataStore(
-            client,
-            self.config.job_folder,
-            run_id=self.config.job.run_id,
-            retention=self.config.coordinator.retention,
-        )
-
-    def start(self) -> None:
-
-        self.progress.note("starting ZooKeeper ...")
-        self.zookeeper.start()
-        coordinator_store = self._store()
-        coordinator_store.ensure_layout()
-        service = CoordinatorService(
-            self.config, coordinator_store.client, coordinator_store, identifier="demo-leader"
-        )
-        self.coordinator_thread = threading.Thread(
-            target=service.run, args=(self.stop_coordinator,), name="coordinator", daemon=True
-        )
-        self.coordinator_thread.start()
-        self.store = self._store()
-        self.progress.note("starting the Spark cluster (master + 3 workers) ...")
-        self.cluster.start()
-        self.session = self.ap.cluster.spark_session(
-            self.cluster.master_url,
-            app_name="affinity-demo",
-            locality_wait=LOCALITY_WAIT,
-            log4j_config=self.cluster.quiet_log4j_config,
-        )
-        self.progress.note("waiting for the executors ...")
-        self.wait_executors()
-        sc = self.session.sparkContext
-        self.driver = SparkDriverMember(
-            self.store.client, self.store, sc, job=f"{self.config.job.name}-{self.config.job.id}"
-        )
-        self.pipelines = {
-            name: self.ap.StatefulPipeline(sc, c, name=name)
-            for name, c in self.pipeline_configs.items()
-        }
 
     def stop(self) -> None:
-        steps = [
-            lambda: self.driver.close() if self.driver is not None else None,
-            lambda: self.session.stop() if self.session is not None else None,
-            self.cluster.stop,
-            self.stop_coordinator.set,
-            lambda: self.coordinator_thread.join(10) if self.coordinator_thread else None,
-        ]
-        steps += [lambda c=c: (c.stop(), c.close()) for c in self.clients]
-        steps += [self.zookeeper.stop, _stop_driver_jvms]
-        for step in steps:
-            with contextlib.suppress(Exception):
-                step()
-        self.driver = self.session = None
+        self.race.stop()
+        _stop_driver_jvms()
 
-    def executors(self) -> list[Any]:
-        from locality.spark import SparkExecutors
-
-        return list(SparkExecutors(self.session.sparkContext).list())
-
-    def wait_executors(self, gone: tuple[str, ...] = ()) -> list[Any]:
-        deadline = time.monotonic() + 120
-        while True:
-            live = self.executors()
-            ids = {e.executor_id for e in live}
-            if sorted(e.host for e in live) == sorted(HOSTS) and not ids & set(gone):
-                return live
-            if time.monotonic() > deadline:
-                raise DemoError(f"executors: {live}, wanted one on each of {HOSTS}")
-            time.sleep(0.2)
-
-    def prime(self) -> None:
-        """A no-op task on every executor (starts the Python workers of a new executor)."""
-        from locality.spark import run_pinned
-
-        live = self.executors()
-        run_pinned(
-            self.session.sparkContext,
-            dict.fromkeys((e.executor_id for e in live), None),
-            {e.executor_id: e.executor_id for e in live},
-            lambda task, payload: None,
-            locality_wait=LOCALITY_WAIT,
-        )
-
-    # ------------------------------------------------------------------ batches
-
-    def placement(self) -> dict[str, str]:
-        assert self.driver is not None
-        self.driver.sync()
-        previous = self.in_force
-        try:
-            current = self.driver.in_force(MODEL_TIMEOUT_S)
-        except TimeoutError as exc:
-            raise DemoError(str(exc)) from None
-        if previous is None or current.version != previous.version:
-            self.result.versions.append(current.version)
-            if previous is not None:
-                self.result.tasks_moved += tasks_moved(
-                    previous.task_to_processor, current.task_to_processor
-                )
-        self.in_force = current
-        return self.driver.placement(current.task_to_processor)
-
-    def run_batch(self, index: int, label: str) -> None:
-        order = STRATEGIES if index % 2 == 0 else tuple(reversed(STRATEGIES))
-        for name in order:
-            if name == "affinity":
-                report = self.pipelines[name].run_batch(self.placement())
-                self.store.locality.write(report.task_locality)
-            else:
-                report = self.pipelines[name].run_batch(None)
-            self.reports[name].append(report)
-            self.result.batches[name].append(
-                BatchFigures(report.batch, label, report.warm, report.cold, report.bytes_restored)
-            )
-        a = self.result.batches["affinity"][-1].warm_ratio
-        d = self.result.batches["spark default"][-1].warm_ratio
-        self.progress.step(
-            f"batch {index} ({label}): warm affinity {percent(a)}, spark default {percent(d)}"
-        )
-
-    def kill_executor(self) -> str:
-        victim = next(e for e in self.executors() if e.host == HOSTS[-1])
-        app_id = self.session.sparkContext.applicationId
-        self.progress.note(f"killing executor {victim.executor_id} on {victim.host} ...")
-        self.cluster.kill_executor(app_id, victim.executor_id)
-        self.wait_executors(gone=(victim.executor_id,))
-        self.prime()
-        return f"executor {victim.executor_id} on {victim.host} killed"
+    def phases(self) -> dict[int, str]:
+        """Batch index -> the failure before it: an executor killed, then the application
+        restarted."""
+        kill = max(2, self.batches * 3 // 8)
+        restart = max(kill + 1, self.batches * 3 // 4)
+        return {kill: "executor killed", restart: "application restarted"}
 
     def run(self) -> None:
+        try:
+            self._run()
+        except TimeoutError as exc:  # executors or a job model that did not come in time
+            raise DemoError(str(exc)) from None
+
+    def _run(self) -> None:
         started = time.perf_counter()
-        self.start()
-        self.prime()
-        before = max(2, (self.batches + 1) // 2)
+        self.race.start()
+        failures = self.phases()
         label = "steady"
         for index in range(self.batches):
-            if index == before:
-                self.kill_executor()
-                label = "after kill"
-            self.run_batch(index, label)
-        self.result.output_correct = self.check_outputs()
+            if failures.get(index) == "executor killed":
+                self.race.kill_executor()
+            elif failures.get(index) == "application restarted":
+                self.race.restart_application()
+            label = failures.get(index, label)
+            self.record(index, label, self.race.step(label))
+        self.result.output_correct = self.race.outputs_equal()
+        self.result.versions = self.race.versions()
+        self.result.tasks_moved = self.race.tasks_moved()
         self.result.seconds = time.perf_counter() - started
 
-    def check_outputs(self) -> bool:
-        for name in STRATEGIES:
-            reports = self.reports[name]
-            reference = self.ap.reference_outputs(self.pipeline_configs[name], range(len(reports)))
-            if any(r.outputs != reference[r.batch] for r in reports):
-                return False
-        return True
+    def record(self, index: int, label: str, done: dict[str, list[RaceBatch]]) -> None:
+        for name, way in zip(STRATEGIES, WAYS, strict=True):
+            for b in done[way]:
+                self.result.batches[name].append(
+                    BatchFigures(
+                        b.batch, label, b.warm, b.tasks - b.warm, b.bytes_loaded, b.seconds
+                    )
+                )
+        a = self.result.batches["affinity"][-1]
+        d = self.result.batches["spark state store"][-1]
+        self.progress.step(
+            f"batch {index} ({label}): affinity {percent(a.warm_ratio)} warm, "
+            f"{a.bytes_restored:,} B loaded; Spark {percent(d.warm_ratio)} warm, "
+            f"{d.bytes_restored:,} B loaded"
+        )
 
 
 # ---------------------------------------------------------------------- output
@@ -333,8 +181,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    if args.batches < 3:
-        print("affinity demo: --batches must be at least 3", file=sys.stderr)
+    if args.batches < 4:
+        print("affinity demo: --batches must be at least 4", file=sys.stderr)
         return 2
     if args.plot is not None:
         try:

@@ -1,8 +1,9 @@
 """``affinity demo`` end to end: a private ZooKeeper, the coordinator and a real Spark cluster.
 
-Runs ``affinity demo --json`` as a subprocess, checks its figures, and that none of the
-processes it started (ZooKeeper, the Spark JVMs: their command lines name its work directory)
-survives it.
+Runs ``affinity demo --json`` as a subprocess (a file-source query run by Spark's RocksDB state
+store and by ``stateful_foreach_batch``, through an executor loss and an application restart),
+checks its figures, and that none of the processes it started (ZooKeeper, the Spark JVMs: their
+command lines name its work directory) survives it.
 """
 
 from __future__ import annotations
@@ -36,21 +37,35 @@ def test_demo_json(tmp_path: Path) -> None:
         str(workdir),
     ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-4000:]
         figures = json.loads(done.stdout.strip().splitlines()[-1])
-        assert set(figures) == {"affinity", "spark_default", "output_correct"}
-        assert set(figures["affinity"]) == {
+        assert set(figures) == {
+            "affinity",
+            "spark_default",
+            "spark_state_store",
+            "output_correct",
+        }
+        affinity, spark = figures["affinity"], figures["spark_state_store"]
+        assert set(affinity) == {
             "warm_ratio",
             "bytes_restored",
             "tasks_moved",
             "versions",
+            "recovery_batch_s",
         }
         assert set(figures["spark_default"]) == {"warm_ratio", "bytes_restored"}
+        assert set(spark) == {"warm_ratio", "bytes_restored", "recovery_batch_s"}
+        # both outputs equal the single-process reference, batch by batch
         assert figures["output_correct"] is True
-        assert figures["affinity"]["versions"] >= 2
-        assert figures["affinity"]["warm_ratio"] > figures["spark_default"]["warm_ratio"]
-        assert figures["affinity"]["tasks_moved"] >= 1
+        # the executor loss: a new processor, a new job model; its tasks moved to it
+        assert affinity["versions"] >= 2 and affinity["tasks_moved"] >= 1
+        # Spark reloads its stores from the checkpoint after the executor loss and the restart
+        assert spark["bytes_restored"] > 1_000_000 and spark["warm_ratio"] < 1
+        # affinity's tasks find their state on their hosts: at most a tenth of Spark's bytes
+        assert affinity["bytes_restored"] * 10 <= spark["bytes_restored"]
+        assert affinity["warm_ratio"] > spark["warm_ratio"]
+        assert affinity["recovery_batch_s"] > 0 and spark["recovery_batch_s"] > 0
     finally:
         survivors = subprocess.run(
             ["pgrep", "-f", str(workdir)], capture_output=True, text=True, check=False

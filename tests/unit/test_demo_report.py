@@ -12,12 +12,12 @@ from coordinator.demo.report import BatchFigures, DemoResult, Progress, table
 def result() -> DemoResult:
     demo = DemoResult(versions=[1, 2], tasks_moved=3, output_correct=True, seconds=42)
     demo.batches["affinity"] += [
-        BatchFigures(1, "steady", 8, 0, 0),
-        BatchFigures(2, "after kill", 6, 2, 12_345),
+        BatchFigures(1, "steady", 8, 0, 0, 1.5),
+        BatchFigures(2, "after kill", 6, 2, 12_345, 2.25),
     ]
-    demo.batches["spark default"] += [
-        BatchFigures(1, "steady", 2, 6, 50_000),
-        BatchFigures(2, "after kill", 1, 7, 61_000),
+    demo.batches["spark state store"] += [
+        BatchFigures(1, "steady", 2, 6, 50_000, 1.0),
+        BatchFigures(2, "after kill", 1, 7, 61_000, 4.5),
     ]
     return demo
 
@@ -30,8 +30,23 @@ def test_table_shows_every_batch_and_the_totals() -> None:
     assert any("warm ratio" in line and "88%" in line and "19%" in line for line in lines)
     assert any("tasks moved" in line and "3" in line for line in lines)
     assert any("output == reference" in line and "yes" in line for line in lines)
+    assert any(
+        "first batch after a failure" in line and "2.2 s" in line and "4.5 s" in line
+        for line in lines
+    )
     assert lines[-1] == "versions in force: [1, 2]; whole run 42 s"
     assert "\x1b[" not in text  # plain text: it may go to a file or a pipe
+
+
+def test_json_figures_keep_the_old_keys_and_add_the_state_store() -> None:
+    figures = result().figures()
+    assert figures["affinity"]["recovery_batch_s"] == 2.25
+    assert figures["spark_state_store"] == {
+        "warm_ratio": 0.1875,
+        "bytes_restored": 111_000,
+        "recovery_batch_s": 4.5,
+    }
+    assert figures["spark_default"] == {"warm_ratio": 0.1875, "bytes_restored": 111_000}
 
 
 def test_progress_writes_one_line_per_message_when_not_a_terminal() -> None:

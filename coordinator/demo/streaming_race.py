@@ -1,0 +1,229 @@
+"""The streaming race: one ``applyInPandasWithState`` function run two ways over the same
+file-source input and through the same failures, in one Spark application: Spark's own
+``groupBy(...).applyInPandasWithState`` with the RocksDB state store provider (changelog
+checkpointing on) and affinity's ``stateful_foreach_batch`` (:mod:`coordinator.demo.race_ways`).
+``affinity demo`` and ``benchmarks/spark_streaming.py`` both run it.
+
+:class:`StreamingRace` owns a private ZooKeeper, a standalone cluster (a master and a worker on
+each of 127.0.0.2-4, one core each) and the application. Each :meth:`StreamingRace.step` drops
+the next batch's file and runs both queries (alternating which goes first). Failures:
+
+- :meth:`StreamingRace.kill_executor`: ``kill -9`` of an executor JVM (its worker starts a new
+  one on the same host);
+- :meth:`StreamingRace.rolling_restart`: each worker (and its executor) stopped and started
+  again, one batch after each;
+- :meth:`StreamingRace.restart_application`: both queries and the application stopped, a new
+  application started from the same checkpoints.
+
+Every process it started is stopped by :meth:`StreamingRace.stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coordinator.demo.race_ways import (
+    HOSTS,
+    LOCALITY_WAIT,
+    WAYS,
+    AffinityWay,
+    RaceBatch,
+    RaceInput,
+    SparkWay,
+    race_config,
+    spark_state_conf,
+)
+from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from groupers.measures import tasks_moved
+
+__all__ = ["RaceBatch", "RaceInput", "RaceLog", "StreamingRace"]
+
+# an executor's log line (INFO) when a RocksDB state store of the query is loaded
+STORE_LOADED = re.compile(
+    r"partitionId=(\d+), storeName=default \], queryRunId=[0-9a-f-]+ \]: Loaded"
+)
+
+
+def _cluster_module() -> Any:
+    """``affinity_pipeline.cluster`` (examples/pipeline: the standalone cluster), lazily."""
+    return importlib.import_module("affinity_pipeline.cluster")
+
+
+@dataclass
+class RaceLog:
+    """Every batch of both ways, in order."""
+
+    batches: dict[str, list[RaceBatch]] = field(default_factory=lambda: {w: [] for w in WAYS})
+
+    def add(self, way: str, batches: list[RaceBatch]) -> None:
+        self.batches[way].extend(batches)
+
+
+class StreamingRace:
+    """ZooKeeper, the cluster, the application and both queries (module docstring)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        source: RaceInput,
+        *,
+        tasks: int = 8,
+        note: Callable[[str], None] = lambda message: None,
+        executor_memory: str = "512m",
+    ) -> None:
+        self.workdir, self.source, self.tasks, self.note = workdir, source, tasks, note
+        self.executor_memory = executor_memory
+        self.zookeeper = EmbeddedZooKeeper(workdir / "zookeeper")
+        self.cluster = _cluster_module().StandaloneCluster(
+            workdir / "spark", HOSTS, worker_memory="1g"
+        )
+        self.session: Any = None
+        self.log = RaceLog()
+        self.next_batch = 0
+        self.ways: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ set-up / tear-down
+
+    def start(self) -> None:
+        for name in WAYS:
+            self.source.folder(name).mkdir(parents=True, exist_ok=True)
+        self.note("starting ZooKeeper ...")
+        self.zookeeper.start()
+        config = race_config(self.zookeeper.hosts, self.workdir, self.tasks)
+        self.ways = {
+            "affinity": AffinityWay(self.source, self.workdir / "affinity" / "spark-ckpt", config),
+            "spark": SparkWay(self.source, self.workdir / "spark-ckpt", self.tasks),
+        }
+        self.note("starting the Spark cluster (master + 3 workers) ...")
+        self.cluster.start()
+        self._start_application()
+
+    def _start_application(self) -> None:
+        spark_session = _cluster_module().spark_session
+        self.note("starting the application and its executors ...")
+        self.session = spark_session(
+            self.cluster.master_url,
+            app_name="affinity-streaming-race",
+            locality_wait=LOCALITY_WAIT,
+            executor_memory=self.executor_memory,
+            log4j_config=self.cluster.quiet_log4j_config,
+            conf=spark_state_conf(self.tasks),
+        )
+        self.wait_executors()
+        self.prime()
+        for way in self.ways.values():
+            way.start(self.session)
+
+    def _stop_application(self) -> None:
+        for way in self.ways.values():
+            with contextlib.suppress(Exception):
+                way.stop()
+        if self.session is not None:
+            with contextlib.suppress(Exception):
+                self.session.stop()
+            self.session = None
+
+    def stop(self) -> None:
+        self._stop_application()
+        for step in (self.cluster.stop, self.zookeeper.stop):
+            with contextlib.suppress(Exception):
+                step()
+
+    # ------------------------------------------------------------------ executors
+
+    def executors(self) -> list[Any]:
+        from locality.spark import SparkExecutors
+
+        return list(SparkExecutors(self.session.sparkContext).list())
+
+    def wait_executors(self, gone: tuple[str, ...] = ()) -> list[Any]:
+        from locality.spark import SparkExecutors
+
+        executors = SparkExecutors(self.session.sparkContext)
+        return list(executors.wait_for(len(HOSTS), hosts=HOSTS, exclude=gone, timeout_s=180))
+
+    def prime(self) -> None:
+        """A no-op task on every executor (starts a new executor's Python workers, so neither
+        way pays for it in its first batch)."""
+        from locality.spark import run_pinned
+
+        live = self.executors()
+        run_pinned(
+            self.session.sparkContext,
+            dict.fromkeys((e.executor_id for e in live), None),
+            {e.executor_id: e.executor_id for e in live},
+            lambda task, payload: None,
+            locality_wait=LOCALITY_WAIT,
+        )
+
+    # ------------------------------------------------------------------ batches and failures
+
+    def step(self, phase: str) -> dict[str, list[RaceBatch]]:
+        """Drop the next batch's file for each query in turn and run it (one at a time)."""
+        order = WAYS if self.next_batch % 2 == 0 else tuple(reversed(WAYS))
+        done: dict[str, list[RaceBatch]] = {}
+        for name in order:
+            self.source.drop(self.next_batch, name)
+            done[name] = self.ways[name].run(phase)
+            self.log.add(name, done[name])
+        self.next_batch += 1
+        return done
+
+    def spark_stores(self, executor_id: str) -> set[str]:
+        """The Spark state stores (partition ids) this executor has loaded (its log)."""
+        app_id = self.session.sparkContext.applicationId
+        found: set[str] = set()
+        for log in self.cluster.workdir.glob(f"work-*/{app_id}/{executor_id}/stderr"):
+            found |= set(STORE_LOADED.findall(log.read_text(errors="replace")))
+        return found
+
+    def kill_executor(self) -> str:
+        """``kill -9`` of the executor holding the most Spark state stores (affinity's tasks
+        are on every executor)."""
+        victim = max(self.executors(), key=lambda e: len(self.spark_stores(e.executor_id)))
+        host = victim.host
+        self.note(f"killing executor {victim.executor_id} on {host} (kill -9) ...")
+        self.cluster.kill_executor(self.session.sparkContext.applicationId, victim.executor_id)
+        self.wait_executors(gone=(victim.executor_id,))
+        self.prime()
+        return str(victim.executor_id)
+
+    def restart_worker(self, host: str) -> None:
+        gone = tuple(e.executor_id for e in self.executors() if e.host == host)
+        self.note(f"restarting the worker on {host} ...")
+        self.cluster.kill_worker(host)
+        self.cluster.start_worker(host)
+        self.wait_executors(gone=gone)
+        self.prime()
+
+    def rolling_restart(self, phase: str) -> None:
+        """Each worker restarted in turn, a batch after each."""
+        for host in HOSTS:
+            self.restart_worker(host)
+            self.step(phase)
+
+    def restart_application(self) -> None:
+        self.note("restarting the application (same checkpoints) ...")
+        self._stop_application()
+        self._start_application()
+
+    # ------------------------------------------------------------------ results
+
+    def outputs_equal(self) -> bool:
+        """Both ways' outputs equal the single-process reference, batch by batch."""
+        reference = self.source.reference(range(self.next_batch))
+        return all(self.ways[w].outputs == reference for w in WAYS)
+
+    def versions(self) -> list[int]:
+        return sorted(self.ways["affinity"].versions)
+
+    def tasks_moved(self) -> int:
+        seen = self.ways["affinity"].assignments
+        return sum(tasks_moved(a, b) for a, b in itertools.pairwise(seen))
