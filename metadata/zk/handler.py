@@ -62,7 +62,7 @@ def poll_select(
     return readable, writable, []
 
 
-class PollingHandler(SequentialThreadingHandler):
+class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]  # (kazoo: untyped)
     """kazoo's :class:`SequentialThreadingHandler` waiting with :func:`poll_select`."""
 
     def select(self, *args: Any, **kwargs: Any) -> tuple[list[Any], list[Any], list[Any]]:
