@@ -94,6 +94,7 @@ class Death:
     survivors: int
     cpu_processors: float = 0.0  # death -> DONE, all worker processes
     cpu_coordinator: float = 0.0  # death -> DONE, this process and the grouper's
+    cpu_coordinator_published: float = 0.0  # death -> published, the same
     cpu_zookeeper: float = 0.0
     cpu_rebalance: float = 0.0  # death -> every survivor settled (locality written), workers
     idle_rebalance: float = 0.0  # what the workers use idle over that time (subtracted)
@@ -332,6 +333,55 @@ class Job:
 
     # ------------------------------------------------------------------ one death
 
+    def watch_moments(
+        self, target: int, node: str
+    ) -> tuple[dict[str, float], threading.Event, threading.Thread]:
+        """Note when ``node`` is gone, version ``target`` published and its barrier decided."""
+        seen: dict[str, float] = {}
+        done = threading.Event()
+
+        def on_version(data: bytes | None, stat: ZnodeStat | None) -> bool:
+            if data and int(data) >= target and "published" not in seen:
+                seen["published"] = time.perf_counter()
+                seen["cpu_published"] = self.cpu()[1]  # the coordinator's side, so far
+            return "published" not in seen
+
+        def on_state(data: bytes | None, stat: ZnodeStat | None) -> bool:
+            if data is not None and data != BarrierState.NEW.encode() and "done" not in seen:
+                seen["done"] = time.perf_counter()
+                seen["state"] = 1.0 if data == BarrierState.DONE.encode() else 0.0
+                done.set()
+            return not done.is_set()
+
+        DataWatch(self.observer, self.view.layout.job_model_version, on_version)
+        DataWatch(self.observer, self.view.layout.barrier_state(target), on_state)
+
+        def poll_gone() -> None:
+            while self.observer.exists(node) is not None:
+                time.sleep(0.001)
+            seen["gone"] = time.perf_counter()
+
+        poller = threading.Thread(target=poll_gone, name="poll-gone", daemon=True)
+        poller.start()
+        return seen, done, poller
+
+    def joins(self, target: int) -> tuple[float, float, float]:
+        """By ZooKeeper's clock: the first and the last join after the publish, and DONE after
+        the last join (seconds)."""
+        layout = self.view.layout
+        published_ms = self.observer.get(layout.job_model_version)[1].mtime
+        done_ms = self.observer.get(layout.barrier_state(target))[1].mtime
+        folder = layout.barrier_participants(target)
+        joins = sorted(
+            self.observer.get(f"{folder}/{name}")[1].ctime
+            for name in self.observer.get_children(folder)
+        )
+        return (
+            (joins[0] - published_ms) / 1000,
+            (joins[-1] - published_ms) / 1000,
+            (done_ms - joins[-1]) / 1000,
+        )
+
     def kill(self, victim: str) -> Death:
         before_version = self.view.job_models.latest_version()
         assert before_version is not None
@@ -342,57 +392,23 @@ class Job:
         self.alive.discard(victim)
         before = self.counters()
         target = before_version + 1
-        seen: dict[str, float] = {}
-        done = threading.Event()
-
-        def on_version(data: bytes | None, stat: ZnodeStat | None) -> bool:
-            if data and int(data) >= target and "published" not in seen:
-                seen["published"] = time.perf_counter()
-            return "published" not in seen
-
-        def on_state(data: bytes | None, stat: ZnodeStat | None) -> bool:
-            if data is not None and data != BarrierState.NEW.encode() and "done" not in seen:
-                seen["done"] = time.perf_counter()
-                seen["state"] = 1.0 if data == BarrierState.DONE.encode() else 0.0
-                done.set()
-            return not done.is_set()
-
-        layout = self.view.layout
-        DataWatch(self.observer, layout.job_model_version, on_version)
-        DataWatch(self.observer, layout.barrier_state(target), on_state)
-
-        def poll_gone() -> None:
-            while self.observer.exists(node) is not None:
-                time.sleep(0.001)
-            seen["gone"] = time.perf_counter()
-
-        poller = threading.Thread(target=poll_gone, name="poll-gone", daemon=True)
-        poller.start()
+        seen, done, poller = self.watch_moments(target, node)
         load = os.getloadavg()[0]
         cpu_before, killed_at = self.cpu(), time.perf_counter()
-        # The session closes: the registration vanishes, no unregister.
-        self.ask(self.home[victim], "kill", victim)
+        self.ask(self.home[victim], "kill", victim)  # its session closes: no unregister
         poller.join(30)
         if not done.wait(300):
             raise TimeoutError(f"barrier {target} not decided within 300 s")
         cpu_done = self.cpu()
         if seen["state"] != 1.0:
             raise AssertionError(f"barrier {target} was not DONE")
-        # ZooKeeper's own clock (ms): publish (jobModelVersion set), each join, DONE.
-        published_ms = self.observer.get(layout.job_model_version)[1].mtime
-        done_ms = self.observer.get(layout.barrier_state(target))[1].mtime
-        folder = layout.barrier_participants(target)
-        joins = sorted(
-            self.observer.get(f"{folder}/{name}")[1].ctime
-            for name in self.observer.get_children(folder)
-        )
+        first_join, last_join, last_join_to_done = self.joins(target)
         self.wait_settled()
         cpu_settled, settled_at = self.cpu()[0], time.perf_counter()
         after = self.counters()
         model = self.view.job_models.read(target)
         if victim in model.containers:
             raise AssertionError(f"v{target} still names the dead {victim}")
-        owner_before, owner_after = before_model.task_to_processor(), model.task_to_processor()
         used = [a - b for a, b in zip(cpu_done, cpu_before, strict=True)]
         return Death(
             gone_to_published=seen["published"] - seen["gone"],
@@ -402,18 +418,19 @@ class Job:
             coordinator_reads=after[1] - before[1],
             processor_writes=after[3] - before[3],
             processor_reads=after[4] - before[4],
-            moved=tasks_moved(owner_before, owner_after),
+            moved=tasks_moved(before_model.task_to_processor(), model.task_to_processor()),
             survivors=len(self.alive),
             cpu_processors=used[0],
             cpu_coordinator=used[1],
+            cpu_coordinator_published=seen["cpu_published"] - cpu_before[1],
             cpu_zookeeper=used[2],
             cpu_rebalance=cpu_settled - cpu_before[0],
             idle_rebalance=idle * (settled_at - killed_at),
             coordinator_requests=after[2] - before[2],
             processor_requests=after[5] - before[5],
-            first_join=(joins[0] - published_ms) / 1000,
-            last_join=(joins[-1] - published_ms) / 1000,
-            last_join_to_done=(done_ms - joins[-1]) / 1000,
+            first_join=first_join,
+            last_join=last_join,
+            last_join_to_done=last_join_to_done,
             load=load,
         )
 
