@@ -11,7 +11,8 @@ envelope of format 1 and stores the tasks as parallel columns, with a string tab
                "partitions": [1, 1]},
      "partitions": {"stream": [0, 0], "partition": [0, 3], "key_bucket": [-1, -1]}}
 
-- ``containers`` in order, each owning the next ``tasks`` rows of the task columns;
+- ``containers`` in order, each owning the next ``tasks`` rows of the task columns, then (when
+  it has standby replicas) the next ``standby_tasks`` rows: its standbys, same columns;
 - task row i has ``tasks.partitions[i]`` partitions: the next rows of the partition columns,
   whose ``stream`` is an index into ``streams`` (pairs ``[system, stream]``).
 
@@ -33,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, pairwise, repeat
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from metadata.errors import JobModelFormatError
 from metadata.fields import JobModelDocument, as_int, as_obj, as_str, describe
@@ -59,6 +60,7 @@ class _Block:
     """One container's rows of the task and partition columns."""
 
     location_id: str | None
+    standbys: int = 0  # the last rows are the container's standby replicas
     names: list[str] = field(default_factory=list)
     changelog: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
@@ -88,6 +90,7 @@ class ModelColumns:
     def _encode(self, container: ContainerModel) -> _Block:
         """One container's rows, built with ``map`` over attribute getters (C-level passes)."""
         items = list(container.tasks.items())  # in the model's order: sorting cost 1/3
+        items += container.standby_tasks.items()
         tasks = list(map(itemgetter(1), items))
         sets = list(map(attrgetter("partitions"), tasks))
         counts = list(map(len, sets))
@@ -97,6 +100,7 @@ class ModelColumns:
             ssps = list(chain.from_iterable(map(sorted, sets)))
         return _Block(
             container.location_id,
+            standbys=len(container.standby_tasks),
             names=list(map(itemgetter(0), items)),
             changelog=list(map(attrgetter("changelog_partition"), tasks)),
             counts=counts,
@@ -129,8 +133,7 @@ class ModelColumns:
             **self._head,
             "streams": [list(key) for key in self._streams],
             "containers": [
-                {"processor_id": pid, "location_id": block.location_id, "tasks": len(block.names)}
-                for pid, block in zip(pids, blocks, strict=True)
+                _container_entry(pid, block) for pid, block in zip(pids, blocks, strict=True)
             ],
             "tasks": {
                 "name": joined("names"),
@@ -145,7 +148,29 @@ class ModelColumns:
         }
 
 
+def _container_entry(pid: str, block: _Block) -> dict[str, Any]:
+    entry = {
+        "processor_id": pid,
+        "location_id": block.location_id,
+        "tasks": len(block.names) - block.standbys,
+    }
+    return {**entry, "standby_tasks": block.standbys} if block.standbys else entry
+
+
 # ---------------------------------------------------------------- reading
+
+
+class _Entry(NamedTuple):
+    """A container of the document: its processor, location and rows (actives, then standbys)."""
+
+    pid: str
+    location: str | None
+    active: int
+    standby: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.active + self.standby
 
 
 def _column(
@@ -226,12 +251,12 @@ def _columns(obj: Mapping[str, Any], task_rows: int) -> _Columns:
     return _Columns(streams, names, changelog, counts, stream, partition, bucket)
 
 
-def _containers(obj: Mapping[str, Any]) -> list[tuple[str, str | None, int]]:
-    """(processor id, location id, task rows) of each container, checked."""
+def _containers(obj: Mapping[str, Any]) -> list[_Entry]:
+    """Each container's processor id, location id and rows, checked."""
     raw = get(obj, "containers", "")
     if type(raw) is not list:
         raise JobModelFormatError("containers", f"expected a list, got {describe(raw)}")
-    found: list[tuple[str, str | None, int]] = []
+    found: list[_Entry] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw):
         path = f"containers[{i}]"
@@ -244,10 +269,14 @@ def _containers(obj: Mapping[str, Any]) -> list[tuple[str, str | None, int]]:
         location = as_str(
             get(container, "location_id", path, default=None), f"{path}.location_id", nullable=True
         )
-        rows = as_int(get(container, "tasks", path), f"{path}.tasks")
-        if rows < 0:
-            raise JobModelFormatError(f"{path}.tasks", f"must be >= 0, got {rows}")
-        found.append((pid, location, rows))
+        rows = [
+            as_int(get(container, key, path, default=default), f"{path}.{key}")
+            for key, default in (("tasks", ...), ("standby_tasks", 0))
+        ]
+        for key, count in zip(("tasks", "standby_tasks"), rows, strict=True):
+            if count < 0:
+                raise JobModelFormatError(f"{path}.{key}", f"must be >= 0, got {count}")
+        found.append(_Entry(pid, location, *rows))
     return found
 
 
@@ -293,9 +322,35 @@ def _tasks(columns: _Columns, first: int, end: int, first_partition: int) -> dic
     return dict(zip(names, tasks, strict=True))
 
 
-def _body(obj: Mapping[str, Any]) -> tuple[list[tuple[str, str | None, int]], _Columns]:
+def _body(obj: Mapping[str, Any]) -> tuple[list[_Entry], _Columns]:
     containers = _containers(obj)
-    return containers, _columns(obj, sum(rows for _, _, rows in containers))
+    return containers, _columns(obj, sum(entry.rows for entry in containers))
+
+
+def _container(columns: _Columns, entry: _Entry, first: int, row: int) -> ContainerModel:
+    """``entry``'s container from its rows (from task row ``first``, partition row ``row``)."""
+    middle = first + entry.active
+    tasks = _tasks(columns, first, middle, row)
+    standbys: dict[str, TaskModel] = {}
+    if entry.standby:
+        after = row + sum(columns.counts[first:middle])
+        standbys = _tasks(columns, middle, middle + entry.standby, after)
+    try:
+        return ContainerModel(entry.pid, entry.location, FrozenMap(tasks), FrozenMap(standbys))
+    except ValueError as exc:
+        raise JobModelFormatError(f"containers.{entry.pid}", str(exc)) from None
+
+
+def _active_names(columns: _Columns, containers: list[_Entry]) -> list[str]:
+    """The names of the active rows (a task is active on one processor at most)."""
+    if not any(entry.standby for entry in containers):
+        return columns.names
+    names: list[str] = []
+    first = 0
+    for entry in containers:
+        names += columns.names[first : first + entry.active]
+        first += entry.rows
+    return names
 
 
 def document_from_columns(obj: Mapping[str, Any], version: int) -> JobModelDocument:
@@ -305,22 +360,23 @@ def document_from_columns(obj: Mapping[str, Any], version: int) -> JobModelDocum
     raw_config = as_obj(get(obj, "config", "", default={}), "config")
     config = {k: as_str(v, f"config.{k}") for k, v in raw_config.items()}
     containers, columns = _body(obj)
-    if len(set(columns.names)) != len(columns.names):
-        _duplicate_task(columns.names, containers)
+    names = _active_names(columns, containers)
+    if len(set(names)) != len(names):
+        _duplicate_task(names, containers)
     models: dict[str, ContainerModel] = {}
     first = row = 0
     with _collector_paused():
-        for pid, location, rows in containers:
-            tasks = _tasks(columns, first, first + rows, row)
-            row += sum(columns.counts[first : first + rows])
-            first += rows
-            models[pid] = ContainerModel(pid, location, FrozenMap(tasks))
+        for entry in containers:
+            models[entry.pid] = _container(columns, entry, first, row)
+            row += sum(columns.counts[first : first + entry.rows])
+            first += entry.rows
     model = JobModel(version, FrozenMap(models), FrozenMap(config))
     return JobModelDocument(model, run_id, grouper)
 
 
-def _duplicate_task(names: list[str], containers: list[tuple[str, str | None, int]]) -> None:
-    owners: list[str] = [pid for pid, _, rows in containers for _ in range(rows)]
+def _duplicate_task(names: list[str], containers: list[_Entry]) -> None:
+    """Raise for the first active task named twice (``names``: the active rows in order)."""
+    owners: list[str] = [entry.pid for entry in containers for _ in range(entry.active)]
     seen: dict[str, str] = {}
     for index, name in enumerate(names):
         if name in seen:
@@ -335,14 +391,12 @@ def container_from_columns(obj: Mapping[str, Any], processor_id: str) -> Contain
     containers' rows are checked but not decoded."""
     containers, columns = _body(obj)
     first = 0
-    for pid, location, rows in containers:
-        if pid == processor_id:
-            names = columns.names[first : first + rows]
+    for entry in containers:
+        if entry.pid == processor_id:
+            names = columns.names[first : first + entry.active]
             if len(set(names)) != len(names):
-                _duplicate_task(names, [(pid, location, rows)])
-            row = sum(columns.counts[:first])
+                _duplicate_task(names, [entry])
             with _collector_paused():
-                tasks = _tasks(columns, first, first + rows, row)
-            return ContainerModel(pid, location, FrozenMap(tasks))
-        first += rows
+                return _container(columns, entry, first, sum(columns.counts[:first]))
+        first += entry.rows
     return None

@@ -371,6 +371,7 @@ class CoordinatorService:
             retention=False,  # the machine asks for it once the barrier is decided
             base=action.base,  # who loses a task against it: the others may join at once
             losing=action.losing,
+            gaining=action.gaining,  # the others keep their container: they read none
         )
         self.rebalances.published(action, time.perf_counter() - started)
         self._watch_barrier(version)

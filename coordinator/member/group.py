@@ -292,7 +292,8 @@ class MemberGroup(RegistrationActions, StandbyActions):
             except NotFound:
                 return [ManifestMissing(version)]
             self._watches.manifests = {version: manifest}  # only the newest is worth keeping
-        return [ManifestRead(version, manifest.base, frozenset(manifest.losing))]
+        gaining = None if manifest.gaining is None else frozenset(manifest.gaining)
+        return [ManifestRead(version, manifest.base, frozenset(manifest.losing), gaining)]
 
     def _read_container(self, member: _Member, action: ReadContainer) -> list[MemberEvent]:
         version = action.version

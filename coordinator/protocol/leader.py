@@ -33,7 +33,8 @@ Rebalance, step by step (the policies are in :mod:`coordinator.protocol.leader_p
    may have stopped tasks for it). Otherwise :class:`PublishJobModel`: version ``latest + 1``,
    its barrier expecting every processor it names (I1, I2), its deadline counted from
    :class:`Published` (when the adapter finished publishing), planned against the version in force
-   (``base``), naming who loses a task (:func:`~coordinator.protocol.rules.losing_processors`).
+   (``base``), naming who loses a task (:func:`~coordinator.protocol.rules.losing_processors`)
+   and who gains one (:func:`~coordinator.protocol.rules.gaining_processors`).
 5. :class:`BarrierUpdated`: when every expected processor joined, :class:`MarkBarrier` DONE and
    the model is in force. At the deadline (or at once when an expected processor vanished),
    TIMED_OUT, and it generates again at once from the living (SAMZA-2663). A live processor that

@@ -165,6 +165,8 @@ class PublishJobModel:
     locality_kept: int  # tasks placed at the location they last ran at
     with_locality: int  # tasks that had a recorded location
     cause: RebalanceCause | None = None  # why, and the phases before it (rebalance history)
+    #: processors given a task against ``base`` (None: not said; the others read nothing)
+    gaining: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

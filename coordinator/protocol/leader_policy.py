@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from coordinator.protocol.leader_events import PublishJobModel
-from coordinator.protocol.rules import losing_processors
+from coordinator.protocol.rules import gaining_processors, losing_processors
 from groupers import GrouperMetadata, InvalidAssignment, validate
 from groupers.measures import tasks_kept_local, tasks_moved, tasks_with_locality
 from metadata.model import ContainerModel, JobModel, TaskModel
@@ -111,8 +111,8 @@ def publish_action(
     processors: Mapping[str, str],
     recorded: Mapping[str, str],
 ) -> PublishJobModel:
-    """Publish ``candidate``, planned against ``in_force`` (its ``base`` and ``losing``), with
-    the measures the service logs (moved, kept local)."""
+    """Publish ``candidate``, planned against ``in_force`` (its ``base``, ``losing`` and
+    ``gaining``), with the measures the service logs (moved, kept local)."""
     owner = candidate.task_to_processor()
     return PublishJobModel(
         candidate,
@@ -122,6 +122,7 @@ def publish_action(
         moved=tasks_moved(metadata.previous_task_to_processor, owner),
         locality_kept=tasks_kept_local(owner, processors, recorded),
         with_locality=tasks_with_locality(owner, recorded),
+        gaining=gaining_processors(in_force, candidate) if in_force else None,
     )
 
 

@@ -28,13 +28,19 @@ DESIGN.md "Data flow" and invariants I3 and I4 all live here:
    version the member runs and the member is not among the processors that lose a task), there
    is nothing to stop: it joins barrier ``v`` first (:class:`JoinBarrier`) and reads its
    container while the others join.
+3b. **Nothing to read.** When the manifest also names who gains a task
+   (:func:`~coordinator.protocol.rules.container_unchanged`: the member is in neither list) and
+   the member still runs all of ``base``'s container, its container in ``v`` is what it runs: it
+   joins early and reads no container at all (most members of a large job, after one death).
 4. **Stop what you lose, then join.** With its container read (:class:`ContainerRead`), the
    member stops every running task that ``v`` takes from it or changes (:class:`StopTasks`), then
    joins barrier ``v`` (unless it did so early) and waits for its decision
    (:class:`WatchBarrier`). A member that ``v`` does not name joins nothing.
 5. **Start on DONE.** When barrier ``v`` is DONE the member starts the tasks new to it
-   (:class:`StartTasks`) and writes their locality (:class:`WriteLocality`, I4). TIMED_OUT starts
-   nothing: the leader generates the next version at once.
+   (:class:`StartTasks`) and writes their locality (:class:`WriteLocality`, I4): the tasks new to
+   it, or all of its tasks after it (re)registered or a store call failed (the locality of the
+   tasks it kept is already its own). TIMED_OUT starts nothing: the leader generates the next
+   version at once.
 5b. **Standby replicas follow the same DONE.** The standbys ``v`` gives the member (its
    container's ``standby_tasks``) replace the ones it kept: on DONE it first stops those ``v``
    drops or promotes to active here (:class:`StopStandbys`), then starts its new tasks, then the
@@ -104,7 +110,7 @@ from coordinator.protocol.member_events import (
     WatchVersions,
     WriteLocality,
 )
-from coordinator.protocol.rules import keeps_everything, tasks_changed
+from coordinator.protocol.rules import container_unchanged, keeps_everything, tasks_changed
 from metadata.model import BarrierState, TaskModel
 
 __all__ = [
@@ -148,7 +154,7 @@ TRANSITIONS: dict[tuple[MemberState, type[MemberEvent]], frozenset[MemberState]]
     (S.DUPLICATE, ResyncDue): frozenset({S.DUPLICATE}),
     (S.DUPLICATE, StoreFailed): frozenset({S.DUPLICATE}),
     **{(s, VersionAnnounced): frozenset({s, S.READING}) for s in _FOLLOWS},
-    (S.READING, ManifestRead): frozenset({S.READING}),
+    (S.READING, ManifestRead): frozenset({S.READING, S.JOINED}),
     (S.READING, ManifestMissing): frozenset({S.FOLLOWING}),
     (S.READING, ContainerRead): frozenset({S.FOLLOWING, S.JOINED}),
     (S.JOINED, BarrierDecided): frozenset({S.JOINED, S.FOLLOWING}),
@@ -191,6 +197,8 @@ class MemberMachine:
     suspension: int = 0  # how many suspensions so far (names the fence that is due)
     suspended: bool = False
     fenced: bool = False  # stopped by the fence; resyncs when the session is back
+    whole: bool = False  # ``running`` is all of ``running_version``'s container (none stopped)
+    locate_all: bool = True  # write every task's locality at the next DONE, not only new ones
 
     def handle(self, event: MemberEvent) -> list[MemberAction]:
         allowed = TRANSITIONS.get((self.state, type(event)))
@@ -275,6 +283,18 @@ class MemberMachine:
         )
         self.joined_early = early
         join: list[MemberAction] = [JoinBarrier(event.version, early=True)] if early else []
+        if (
+            early
+            and self.whole
+            and container_unchanged(
+                self.processor_id, self.running_version, event.base, event.losing, event.gaining
+            )
+        ):  # 3b: the container of ``v`` is the one it runs
+            self.reading = None
+            self.target, self.target_version = dict(self.running), event.version
+            self.target_standbys = dict(self.standbys)  # (gaining names standby changes too)
+            self.state = S.JOINED
+            return [*join, WatchBarrier(event.version)]
         return [*join, ReadContainer(event.version)]
 
     def _manifest_missing(self, event: ManifestMissing) -> list[MemberAction]:
@@ -296,6 +316,7 @@ class MemberMachine:
             actions.append(StopTasks(self.running_version, leaving, reason))
             for name in leaving:
                 del self.running[name]
+            self.whole = False
         if event.tasks is None:
             self.state = S.FOLLOWING
             return actions + self._stop_standbys(self.standbys, "not in the model")
@@ -318,11 +339,15 @@ class MemberMachine:
         if event.state != BarrierState.DONE:
             return []  # TIMED_OUT: start nothing, the leader generates again at once
         arriving = tasks_changed(mine, self.running)  # in ``mine``, new or changed
-        self.running, self.running_version = dict(mine), version
+        self.running, self.running_version, self.whole = dict(mine), version, True
+        located = tuple(mine) if self.locate_all else tuple(arriving)
+        self.locate_all = False
         actions = self._stop_standbys(tasks_changed(self.standbys, standbys), "dropped")
         new_standbys = tasks_changed(standbys, self.standbys)
         self.standbys, self.standby_version = dict(standbys), version
-        actions += [StartTasks(version, arriving, dict(mine)), WriteLocality(version, tuple(mine))]
+        actions.append(StartTasks(version, arriving, dict(mine)))
+        if located:
+            actions.append(WriteLocality(version, located))
         return actions + ([StartStandbys(version, new_standbys)] if new_standbys else [])
 
     # ------------------------------------------------------------------- failures
@@ -350,7 +375,7 @@ class MemberMachine:
         if not self.running:
             return standbys
         stopping = StopTasks(self.running_version, dict(self.running), reason)
-        self.running = {}
+        self.running, self.whole = {}, False
         return [*standbys, stopping]
 
     def _stop_standbys(self, tasks: dict[str, TaskModel], reason: str) -> list[MemberAction]:
@@ -362,6 +387,7 @@ class MemberMachine:
         return [stopping]
 
     def _forget(self) -> None:
+        self.locate_all = True  # a failed call may have been a locality write
         self.seen_version = -1
         self.reading, self.joined_early = None, False
         self.target, self.target_version, self.target_standbys = {}, None, {}

@@ -105,6 +105,8 @@ class ManifestRead:
     version: int
     base: int | None  # the version the model was planned against (None: not said)
     losing: frozenset[str]  # the processors that lose a task against ``base``
+    #: the processors that gain a task against ``base`` (None: the manifest does not say)
+    gaining: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

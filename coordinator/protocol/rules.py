@@ -4,6 +4,9 @@
   writes them into the manifest of the new version (``base``, ``losing``), and
 - :func:`keeps_everything`: the early-join rule a member applies to that manifest: a member that
   runs ``base`` and is not losing has nothing to stop, so it joins before reading its tasks.
+- :func:`gaining_processors` and :func:`container_unchanged`: the processors that gain a task
+  (the leader writes them into the manifest too, ``gaining``), and the rule a member applies: one
+  that runs ``base`` and neither loses nor gains has the same container, so it reads none.
 - :func:`model_in_force`: which stored version is in force (the newest whose barrier is DONE).
 - :func:`retention_floor`: the oldest version retention keeps once a barrier is decided (the
   newest ``retention`` versions, and never the model in force).
@@ -17,6 +20,8 @@ from metadata.model import BarrierState, JobModel, TaskModel
 
 __all__ = [
     "IN_FORCE_SCAN",
+    "container_unchanged",
+    "gaining_processors",
     "keeps_everything",
     "losing_processors",
     "model_in_force",
@@ -47,6 +52,37 @@ def losing_processors(previous: JobModel, model: JobModel) -> frozenset[str]:
             before.tasks, model.containers[pid].tasks if pid in model.containers else empty
         )
         or pid not in model.containers
+    )
+
+
+def gaining_processors(previous: JobModel, model: JobModel) -> frozenset[str]:
+    """The processors of ``model`` given a task (a new one, or one changed) against
+    ``previous``, or whose standby replicas differ, or not in it: with :func:`losing_processors`,
+    every processor whose container differs."""
+    before = previous.containers
+    return frozenset(
+        pid
+        for pid, after in model.containers.items()
+        if pid not in before
+        or tasks_changed(after.tasks, before[pid].tasks)
+        or after.standby_tasks != before[pid].standby_tasks
+    )
+
+
+def container_unchanged(
+    processor_id: str,
+    running_version: int | None,
+    base: int | None,
+    losing: Collection[str],
+    gaining: Collection[str] | None,
+) -> bool:
+    """A member running ``running_version`` has the same container in a model planned against
+    ``base`` when it keeps everything (:func:`keeps_everything`) and the manifest says who gains
+    (``gaining`` not None) and it is not among them: it need not read its container."""
+    return (
+        gaining is not None
+        and processor_id not in gaining
+        and keeps_everything(processor_id, running_version, base, losing)
     )
 
 

@@ -11,7 +11,7 @@ Manifest (the data of ``jobModels/<version>``), format 1::
      "raw_size": 162562815, "size": 11668510, "sha256": "<hex>",
      "chunks": [{"name": "e3-00000", "size": 900000, "crc32": 123}, ...],
      "views": [{"name": "e3-00013", "size": 30211, "crc32": 456}, ...],
-     "base": 6, "losing": ["p-4"]}
+     "base": 6, "losing": ["p-4"], "gaining": ["p-2"]}
 
 ``views`` (optional; absent = none) are *container views*: the containers of the model spread over
 ``len(views)`` small nodes by :func:`view_index` of the processor id, each node a compressed job
@@ -23,6 +23,9 @@ processor reads the one view node that holds its own container instead of the wh
 force) and the processors that lose a task against it (or are not in the model). A processor
 that runs ``base`` and is not in ``losing`` has nothing to stop, so it may join the barrier before
 reading its own container (the early-join rule, ``coordinator.protocol.rules.keeps_everything``).
+``gaining`` (optional, with ``base``): the processors given a task against ``base``; a processor
+that runs ``base`` and is in neither list has the same container, so it reads none
+(``coordinator.protocol.rules.container_unchanged``). Absent: not said (everyone reads).
 
 Chunk names carry the writer's leader epoch, so two leaders (one of them deposed) never write the
 same chunk node.
@@ -113,6 +116,7 @@ class Manifest:
     views: tuple[ChunkRef, ...] = ()
     base: int | None = None
     losing: tuple[str, ...] = ()
+    gaining: tuple[str, ...] | None = None  # None: not said
 
     def to_bytes(self) -> bytes:
         document = {
@@ -132,13 +136,15 @@ class Manifest:
         if self.base is not None:
             document["base"] = self.base
             document["losing"] = list(self.losing)
+            if self.gaining is not None:
+                document["gaining"] = list(self.gaining)
         return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str) -> Manifest:
         """Decode a manifest; anything unusable raises CorruptDataError naming ``path``."""
         try:
-            document = json.loads(data)
+            document = orjson.loads(data)  # (every processor reads one per rebalance)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptDataError(path, f"manifest is not valid JSON: {exc}") from None
         if not isinstance(document, dict):
@@ -159,12 +165,11 @@ class Manifest:
         )
         base: int | None = None
         losing: tuple[str, ...] = ()
+        gaining: tuple[str, ...] | None = None
         if "base" in document:
             base = _field(document, "base", int, path)
-            raw_losing = _field(document, "losing", list, path)
-            if not all(isinstance(pid, str) for pid in raw_losing):
-                raise CorruptDataError(path, "manifest field losing should list processor ids")
-            losing = tuple(raw_losing)
+            losing = _processor_ids(document, "losing", path)
+            gaining = _processor_ids(document, "gaining", path) if "gaining" in document else None
         return cls(
             version=_field(document, "version", int, path),
             epoch=_field(document, "epoch", int, path),
@@ -177,12 +182,19 @@ class Manifest:
             views=views,
             base=base,
             losing=losing,
+            gaining=gaining,
         )
 
 
 def _chunk_refs(raw_refs: list[Any], path: str, field: str) -> tuple[ChunkRef, ...]:
     refs = []
     for i, raw in enumerate(raw_refs):
+        if type(raw) is dict:  # the fast path: a well-formed reference, checked at once
+            name, size, crc = raw.get("name"), raw.get("size"), raw.get("crc32")
+            if isinstance(name, str) and type(size) is int and type(crc) is int:  # noqa: SIM102
+                if _CHUNK_NAME.match(name):
+                    refs.append(ChunkRef(name, int(size), int(crc)))
+                    continue
         if not isinstance(raw, dict):
             raise CorruptDataError(path, f"{field}[{i}] is not an object")
         name = _field(raw, "name", str, path, f"{field}[{i}].")
@@ -196,6 +208,13 @@ def _chunk_refs(raw_refs: list[Any], path: str, field: str) -> tuple[ChunkRef, .
             )
         )
     return tuple(refs)
+
+
+def _processor_ids(document: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+    raw = _field(document, key, list, path)
+    if not all(isinstance(pid, str) for pid in raw):
+        raise CorruptDataError(path, f"manifest field {key} should list processor ids")
+    return tuple(raw)
 
 
 def _field(obj: Mapping[str, Any], key: str, kind: type, path: str, prefix: str = "") -> Any:

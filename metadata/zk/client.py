@@ -19,6 +19,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
 
 from metadata.zk.errors import PermissionDenied, StoreUnavailable
+from metadata.zk.handler import PollingHandler
 
 __all__ = [
     "ancestor_acl",
@@ -161,6 +162,7 @@ def connect(
         certfile=certfile,
         keyfile=keyfile,
         verify_certs=verify_certs,
+        handler=PollingHandler(),  # one poll(2) per wait, not an epoll built and closed
     )
     log = structlog.get_logger("metadata.zk").bind(hosts=hosts, use_ssl=use_ssl)
     try:

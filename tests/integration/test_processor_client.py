@@ -2,7 +2,8 @@
 
 A processor that keeps every task it runs (the manifest says so against the version it runs)
 joins the barrier before reading its tasks; one that loses a task reads first, stops it, then
-joins. Either way nothing new starts before DONE.
+joins. Either way nothing new starts before DONE. One that neither loses nor gains (the manifest
+names who gains) reads no container at all, and writes the locality of new tasks only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kazoo.client import KazooClient
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
-from coordinator.protocol.rules import losing_processors
+from coordinator.protocol.rules import gaining_processors, losing_processors
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import LeaderEpoch, ZkMetadataStore
 from metadata.zk.chunks import view_index
@@ -159,6 +160,45 @@ def test_keepers_join_before_reading_and_losers_stop_first(
     assert stop_index < loser_log.steps.index(("join", 2))  # stopped before joining
     assert set(keeper.running) == {"Partition 0", "Partition 1", "Partition 3"}
     assert set(loser.running) == {"Partition 2"}
+
+
+def test_an_unchanged_processor_reads_no_container_and_writes_no_locality(
+    zk_store: ZkMetadataStore, processors: Callable[[str], tuple[ProcessorClient, Recorder]]
+) -> None:
+    keeper, keeper_log = processors("p-1")
+    gainer, gainer_log = processors("p-2")
+    wait_for(lambda: len(zk_store.processors.locality()) == 2)
+    epoch = zk_store.epochs.acquire()
+    v1 = model(1, {"p-1": [0, 1], "p-2": [2]})
+    publish_and_complete(zk_store, epoch, v1, None)
+    wait_for(lambda: keeper.running_version == 1 and gainer.running_version == 1)
+    wait_for(lambda: len(zk_store.locality.read()) == 3)  # every task's, after the first DONE
+    time.sleep(0.2)
+    keeper_ops = keeper.group.store.ops, keeper.group.store.reads
+
+    v2 = model(2, {"p-1": [0, 1], "p-2": [2, 3]})  # p-2 gains 3 (a dead one's); p-1 keeps all
+    zk_store.job_models.publish(
+        v2,
+        epoch=epoch,
+        participants=["p-1", "p-2"],
+        base=1,
+        losing=losing_processors(v1, v2),
+        gaining=gaining_processors(v1, v2),
+    )
+    assert zk_store.job_models.read_manifest(2).gaining == ("p-2",)
+    wait_for(lambda: zk_store.barriers.participants(2) == {"p-1", "p-2"})
+    zk_store.barriers.set_state(2, "DONE", epoch=epoch)
+    wait_for(lambda: keeper.running_version == 2 and gainer.running_version == 2)
+    wait_for(lambda: zk_store.locality.read().get("Partition 3") == "loc-p-2")
+    time.sleep(0.2)
+
+    assert keeper_log.order(2) == ["join"]  # no container read, nothing new to start
+    assert gainer_log.order(2) == ["join", "read", "start"]
+    assert set(keeper.running) == {"Partition 0", "Partition 1"}
+    assert set(gainer.running) == {"Partition 2", "Partition 3"}
+    # The keeper's one write is its join; its reads: the manifest (no container, no locality).
+    assert keeper.group.store.ops - keeper_ops[0] == 1
+    assert keeper.group.store.reads - keeper_ops[1] == 1
 
 
 def test_a_processor_behind_the_base_reads_first(

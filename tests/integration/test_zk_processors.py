@@ -156,3 +156,18 @@ def test_a_malformed_registration_is_skipped_logged_with_its_node_and_listed(
     zk_store.client.delete(path)
     zk_store.processors.read()
     assert zk_store.processors.skipped == ()
+
+
+def test_a_read_reads_only_the_registrations_new_since_the_last(zk_store: ZkMetadataStore) -> None:
+    nodes = [zk_store.processors.register(f"p-{i}", f"zone-a/node-{i}") for i in range(3)]
+    reads = zk_store.reads
+    assert len(zk_store.processors.locality()) == 3
+    assert zk_store.reads - reads == 1 + 3  # the listing, then each node
+    zk_store.processors.unregister(nodes[0])  # a death: nothing new to read
+    reads = zk_store.reads
+    assert zk_store.processors.locality() == {"p-1": "zone-a/node-1", "p-2": "zone-a/node-2"}
+    assert zk_store.reads - reads == 1  # the listing only
+    zk_store.processors.register("p-3", "zone-b/node-3")  # one newcomer: one read
+    reads = zk_store.reads
+    assert set(zk_store.processors.locality()) == {"p-1", "p-2", "p-3"}
+    assert zk_store.reads - reads == 1 + 1

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.demo.zookeeper import free_port
@@ -16,6 +17,7 @@ from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPart
 from metadata.serde import dump_job_model
 from metadata.zk import NodeTooLarge, StoreUnavailable, ZkMetadataStore
 from metadata.zk.chunks import split_blob
+from metadata.zk.handler import PollingHandler
 
 pytestmark = pytest.mark.zk
 
@@ -170,3 +172,21 @@ def test_connecting_to_nothing_fails_within_the_timeout(
         zk_connect(f"127.0.0.1:{free_port()}", connect_timeout_s=1.0)
     assert time.monotonic() - started < 5
     assert isinstance(error.value, MetadataError)
+
+
+def test_clients_wait_with_poll_and_ride_out_a_restart(
+    zk_private_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient]
+) -> None:
+    client = zk_connect(zk_private_server.hosts, session_timeout_s=30.0)
+    assert isinstance(client.handler, PollingHandler)
+    client.create("/polled", b"1")
+    zk_private_server.restart(hard=True, down_s=0.5)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            assert client.get("/polled")[0] == b"1"  # same session, after reconnecting
+            break
+        except KazooException:  # not connected again yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -119,6 +119,10 @@ def test_encoding_is_deterministic_whatever_the_container_and_partition_order(
                     name: TaskModel(name, reversed(sorted(t.partitions)), t.changelog_partition)  # type: ignore[arg-type]
                     for name, t in c.tasks.items()
                 },
+                {
+                    name: TaskModel(name, reversed(sorted(t.partitions)), t.changelog_partition)  # type: ignore[arg-type]
+                    for name, t in c.standby_tasks.items()
+                },
             )
             for pid, c in reversed(model.containers.items())
         },

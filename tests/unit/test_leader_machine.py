@@ -177,6 +177,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     if pid not in action.losing:
                         kept = action.model.containers[pid].tasks
                         assert all(kept.get(n) == t for n, t in container.tasks.items())
+                        # ... and whoever is not gaining either reads no container: it
+                        # must be exactly the one it runs.
+                        if action.gaining is not None and pid not in action.gaining:
+                            assert dict(kept) == dict(container.tasks)
+                assert (action.gaining is None) == (before is None)
                 self.store.models.append(action.model)
                 self.store.barrier[action.model.version] = BarrierState.NEW
                 self.published_this_step.append(action)

@@ -1,14 +1,19 @@
 """The member's state machine, driven by random event sequences (hypothesis stateful).
 
 The harness plays both the adapter and ZooKeeper: it publishes versions (with the manifest's
-``base`` and ``losing`` as the leader computes them), decides barriers, loses the session,
+``base``, ``losing`` and ``gaining`` as the leader computes them, or without ``gaining`` as an
+older leader wrote them), decides barriers, loses the session,
 removes versions (retention), makes store calls fail, and carries out every action the machine
 returns. After every step it checks the member's side of the invariants:
 
 - I3: the member runs only tasks of a version whose barrier is DONE, all of one version, and
   starts tasks only after that DONE; it never joins a barrier still running a task the version
   takes from it; an early join happens only when the version keeps every task it runs.
-- I4: locality is written after DONE, for the member's own tasks of that version.
+- I4: locality is written after DONE, for the member's own tasks of that version; once a DONE
+  is handled (with no store error meanwhile), every task the member runs is recorded at it (the
+  tasks it kept from before were written then; another owner's entry is rewritten on arrival).
+- A member that reads no container (the manifest says it neither loses nor gains) starts exactly
+  its container of the DONE version.
 - Session loss and shutdown stop every task; shutdown unregisters a registered member.
 - Standby replicas: the member keeps exactly the standbys of the DONE version it runs (started
   and stopped only then), never a task it runs, and stops them all with its tasks.
@@ -62,7 +67,7 @@ from coordinator.protocol.member_events import (
     WatchVersions,
     WriteLocality,
 )
-from coordinator.protocol.rules import losing_processors
+from coordinator.protocol.rules import gaining_processors, losing_processors
 from metadata.model import (
     BarrierState,
     ContainerModel,
@@ -87,7 +92,10 @@ class World:
     """What ZooKeeper holds for one job, seen from one member."""
 
     models: dict[int, JobModel] = field(default_factory=dict)
-    manifests: dict[int, tuple[int | None, frozenset[str]]] = field(default_factory=dict)
+    manifests: dict[int, tuple[int | None, frozenset[str], frozenset[str] | None]] = field(
+        default_factory=dict
+    )
+    locality: dict[str, str] = field(default_factory=dict)  # task -> the processor recorded
     barriers: dict[int, BarrierState] = field(default_factory=dict)
     joined: dict[int, set[str]] = field(default_factory=dict)
     latest: int = 0
@@ -111,6 +119,8 @@ class MemberHarness(RuleBasedStateMachine):
         self.watched: set[int] = set()
         self.events: deque[MemberEvent] = deque()
         self.written: list[tuple[int, tuple[str, ...]]] = []
+        self.started: int | None = None  # a DONE version whose tasks this feed started
+        self.failed = False  # a store call failed during this feed
         self.older: str | None = None  # an older live registration with the member's id
         self.answered_duplicate = False  # the last registration answer named an older one
         self.looks_at_older = 0  # answers in a row that named an older registration
@@ -131,6 +141,7 @@ class MemberHarness(RuleBasedStateMachine):
 
     def feed(self, event: MemberEvent) -> None:
         self.events.append(event)
+        self.started, self.failed = None, False
         while self.events:
             state = self.machine.state
             nxt = self.events.popleft()
@@ -139,10 +150,14 @@ class MemberHarness(RuleBasedStateMachine):
             assert self.machine.state in allowed
             for action in actions:
                 self.carry_out(action)
+        if self.started is not None and not self.failed:
+            # I4: after a DONE, every task the member runs is recorded at it.
+            assert all(self.world.locality.get(n) == ME for n in self.running)
 
     def failing(self) -> bool:
         if self.fail_next:
             self.fail_next = False
+            self.failed = True
             self.events.append(StoreFailed("injected"))
             return True
         return False
@@ -181,8 +196,8 @@ class MemberHarness(RuleBasedStateMachine):
             if action.version not in world.models:
                 self.events.append(ManifestMissing(action.version))
             else:
-                base, losing = world.manifests[action.version]
-                self.events.append(ManifestRead(action.version, base, losing))
+                base, losing, gaining = world.manifests[action.version]
+                self.events.append(ManifestRead(action.version, base, losing, gaining))
         elif isinstance(action, ReadContainer):
             if self.failing():
                 return
@@ -212,7 +227,11 @@ class MemberHarness(RuleBasedStateMachine):
         elif isinstance(action, WriteLocality):
             # I4: after DONE, the member's own tasks of that version.
             assert world.barriers.get(action.version) == BarrierState.DONE
-            assert set(action.tasks) == set(world.models[action.version].containers[ME].tasks)
+            assert set(action.tasks) <= set(world.models[action.version].containers[ME].tasks)
+            assert action.tasks
+            if self.failing():
+                return
+            world.locality.update(dict.fromkeys(action.tasks, ME))
             self.written.append((action.version, tuple(action.tasks)))
         elif isinstance(action, ScheduleResync):
             self.resync_pending = True
@@ -261,6 +280,7 @@ class MemberHarness(RuleBasedStateMachine):
         self.running.update(action.tasks)
         assert self.running == dict(mine)
         self.running_version = action.version
+        self.started = action.version
 
     # ---------------------------------------------------------------- rules
 
@@ -281,9 +301,16 @@ class MemberHarness(RuleBasedStateMachine):
         changed=st.booleans(),
         keep=st.booleans(),
         announce=st.integers(0, 3),
+        says_gaining=st.booleans(),
     )
     def publish(
-        self, names: list[str], named: bool, changed: bool, keep: bool, announce: int
+        self,
+        names: list[str],
+        named: bool,
+        changed: bool,
+        keep: bool,
+        announce: int,
+        says_gaining: bool,
     ) -> None:
         world = self.world
         before = world.in_force()
@@ -300,12 +327,42 @@ class MemberHarness(RuleBasedStateMachine):
         world.latest += 1
         model = JobModel(world.latest, FrozenMap(containers))
         world.models[model.version] = model
+        gaining = gaining_processors(before, model) if before and says_gaining else None
         world.manifests[model.version] = (
-            (before.version, losing_processors(before, model)) if before else (None, frozenset())
+            (before.version, losing_processors(before, model), gaining)
+            if before
+            else (None, frozenset(), None)
         )
         world.barriers[model.version] = BarrierState.NEW
         if announce:
             self.notify(VersionAnnounced(model.version))
+
+    @rule(names=st.lists(st.sampled_from([t.name for t in POOL]), unique=True, max_size=4))
+    def settle_on(self, names: list[str]) -> None:
+        """A version naming the member, announced and decided DONE if it joined: so that runs
+        often get a member running tasks (the state the rules below start from)."""
+        self.publish(names, True, False, False, 1, True)
+        self.decide_latest(True)
+
+    @rule(says_gaining=st.booleans(), announce=st.booleans())
+    def publish_keeping_mine(self, says_gaining: bool, announce: bool) -> None:
+        """Another processor comes or goes; the member's container stays as it is in force
+        (most members of a large job, after one death): it reads no container if told so."""
+        world = self.world
+        before = world.in_force()
+        if before is None or ME not in before.containers:
+            return
+        others = [] if "p-3" in before.containers else ["p-3"]
+        containers = {ME: before.containers[ME]}
+        containers.update({pid: ContainerModel(pid, "h3", FrozenMap()) for pid in others})
+        world.latest += 1
+        model = JobModel(world.latest, FrozenMap(containers))
+        world.models[model.version] = model
+        gaining = gaining_processors(before, model) if says_gaining else None
+        world.manifests[model.version] = (before.version, losing_processors(before, model), gaining)
+        world.barriers[model.version] = BarrierState.NEW
+        if announce:
+            self.feed(VersionAnnounced(model.version))
 
     @rule()
     def announce_latest(self) -> None:
@@ -322,6 +379,11 @@ class MemberHarness(RuleBasedStateMachine):
             return  # the leader cannot mark DONE before every named processor joined
         state = BarrierState.DONE if done else BarrierState.TIMED_OUT
         world.barriers[version] = state
+        if done:  # the tasks the member does not keep are recorded at their new owners
+            mine = model.containers[ME].tasks if ME in model.containers else {}
+            for name in [n for n, owner in world.locality.items() if owner == ME]:
+                if name not in mine:
+                    world.locality[name] = "p-2"
         if version in self.watched:
             self.notify(BarrierDecided(version, state))
 
@@ -565,7 +627,7 @@ def test_standbys_follow_the_done_version_and_stop_with_the_tasks() -> None:
     assert machine.handle(BarrierDecided(2, BarrierState.DONE)) == [
         StopStandbys(1, spare, "dropped"),
         StartTasks(2, {POOL[1].name: POOL[1]}, both),
-        WriteLocality(2, tuple(both)),
+        WriteLocality(2, (POOL[1].name,)),  # only the new task's: the other's is already its own
         StartStandbys(2, {POOL[3].name: POOL[3]}),
     ]
     assert machine.handle(SessionLost()) == [
@@ -573,3 +635,66 @@ def test_standbys_follow_the_done_version_and_stop_with_the_tasks() -> None:
         StopTasks(2, both, "session lost"),
     ]
     assert machine.standbys == {} and machine.running == {}
+
+
+# ------------------------------------------------- reading nothing, writing only what is new
+
+
+def _done_on(
+    machine: MemberMachine, version: int, mine: dict[str, TaskModel]
+) -> list[MemberAction]:
+    """Follow ``version`` (read with no manifest hints) to DONE; the actions of the DONE."""
+    _run(machine, VersionAnnounced(version), ManifestRead(version, None, frozenset()))
+    _run(machine, ContainerRead(version, mine))
+    return machine.handle(BarrierDecided(version, BarrierState.DONE))
+
+
+def test_an_unchanged_member_reads_no_container_and_writes_no_locality() -> None:
+    machine = _following()
+    mine = {POOL[0].name: POOL[0], POOL[1].name: POOL[1]}
+    assert _done_on(machine, 1, mine)[-1] == WriteLocality(1, tuple(mine))  # all, the first time
+    # v2 (one processor died, p-3 took its tasks): the member neither loses nor gains.
+    actions = _run(
+        machine, VersionAnnounced(2), ManifestRead(2, 1, frozenset({"p-9"}), frozenset({"p-3"}))
+    )
+    assert actions == [ReadManifest(2), JoinBarrier(2, early=True), WatchBarrier(2)]
+    assert machine.state == MemberState.JOINED
+    assert machine.handle(BarrierDecided(2, BarrierState.DONE)) == [StartTasks(2, {}, mine)]
+    assert machine.running == mine and machine.running_version == 2
+
+
+def test_a_gainer_or_a_manifest_that_does_not_say_reads_its_container() -> None:
+    for gaining in (frozenset({ME}), None):
+        machine = _following()
+        _done_on(machine, 1, {POOL[0].name: POOL[0]})
+        actions = _run(machine, VersionAnnounced(2), ManifestRead(2, 1, frozenset(), gaining))
+        assert actions == [ReadManifest(2), JoinBarrier(2, early=True), ReadContainer(2)]
+
+
+def test_locality_is_written_for_the_new_tasks_only_unless_a_store_call_failed() -> None:
+    machine = _following()
+    one = {POOL[0].name: POOL[0]}
+    two = {**one, POOL[1].name: POOL[1]}
+    assert _done_on(machine, 1, one)[-1] == WriteLocality(1, (POOL[0].name,))
+    assert _done_on(machine, 2, two)[-1] == WriteLocality(2, (POOL[1].name,))  # only the new
+    # The write failed (the adapter reports StoreFailed): the next DONE writes every task.
+    assert machine.handle(StoreFailed("connection loss")) == [ScheduleResync(1.0)]
+    _run(machine, ResyncDue())
+    assert _done_on(machine, 2, two) == [StartTasks(2, {}, two), WriteLocality(2, tuple(two))]
+
+
+def test_a_member_that_stopped_a_task_since_its_done_reads_its_container_again() -> None:
+    machine = _following()
+    both = {POOL[0].name: POOL[0], POOL[1].name: POOL[1]}
+    _done_on(machine, 1, both)
+    # v2 takes POOL[1] away, then times out: the member runs part of v1's container.
+    _run(machine, VersionAnnounced(2), ManifestRead(2, 1, frozenset({ME}), frozenset()))
+    _run(machine, ContainerRead(2, {POOL[0].name: POOL[0]}))
+    machine.handle(BarrierDecided(2, BarrierState.TIMED_OUT))
+    assert machine.running == {POOL[0].name: POOL[0]} and machine.running_version == 1
+    # v3, planned against v1 again, gives it v1's container: it must read it to get POOL[1].
+    actions = _run(machine, VersionAnnounced(3), ManifestRead(3, 1, frozenset(), frozenset()))
+    assert actions == [ReadManifest(3), JoinBarrier(3, early=True), ReadContainer(3)]
+    machine.handle(ContainerRead(3, both))
+    started = machine.handle(BarrierDecided(3, BarrierState.DONE))
+    assert started[0] == StartTasks(3, {POOL[1].name: POOL[1]}, both)

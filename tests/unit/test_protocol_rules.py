@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.protocol.rules import (
+    container_unchanged,
+    gaining_processors,
     keeps_everything,
     losing_processors,
     model_in_force,
@@ -42,6 +44,9 @@ def test_losing_processors_are_those_that_do_not_keep_every_task() -> None:
     after = m(2, {"a": [t(0), t(1), t(4)], "b": [t(2, changelog=7)], "e": [t(3)], "d": [t(5)]})
     # a keeps all (and gains); b's task changed; c is gone; d had nothing to lose.
     assert losing_processors(before, after) == {"b", "c"}
+    # a gains 4; b's task changed; e and d get a task: c lost its only one and is gone.
+    assert gaining_processors(before, after) == {"a", "b", "d", "e"}
+    assert gaining_processors(before, before) == frozenset()
 
 
 def test_the_early_join_rule_needs_the_base_and_no_loss() -> None:
@@ -50,6 +55,14 @@ def test_the_early_join_rule_needs_the_base_and_no_loss() -> None:
     assert not keeps_everything("p-1", 1, base=2, losing=())  # runs another version
     assert not keeps_everything("p-1", None, base=2, losing=())  # runs nothing yet
     assert not keeps_everything("p-1", 2, base=None, losing=())  # no plan: no promise
+
+
+def test_an_unchanged_container_needs_the_early_join_rule_and_no_gain() -> None:
+    assert container_unchanged("p-1", 2, base=2, losing=(), gaining={"p-2"})
+    assert not container_unchanged("p-1", 2, base=2, losing=(), gaining={"p-1"})  # gains
+    assert not container_unchanged("p-1", 2, base=2, losing=(), gaining=None)  # not said
+    assert not container_unchanged("p-1", 2, base=2, losing={"p-1"}, gaining=())  # loses
+    assert not container_unchanged("p-1", 1, base=2, losing=(), gaining=())  # another version
 
 
 def test_the_model_in_force_is_the_newest_done() -> None:

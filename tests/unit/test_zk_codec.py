@@ -220,3 +220,16 @@ def test_manifest_base_and_losing_round_trip() -> None:
     document["losing"] = [1]
     with pytest.raises(CorruptDataError, match="losing"):
         Manifest.from_bytes(json.dumps(document).encode(), PATH)
+
+
+def test_manifest_gaining_round_trips_and_is_none_when_not_said() -> None:
+    manifest, _ = split(b"payload")
+    said = replace(manifest, base=2, losing=("p-2",), gaining=("p-3",))
+    assert Manifest.from_bytes(said.to_bytes(), PATH) == said
+    silent = replace(manifest, base=2, losing=("p-2",))  # an older leader's manifest
+    assert "gaining" not in json.loads(silent.to_bytes())
+    assert Manifest.from_bytes(silent.to_bytes(), PATH).gaining is None
+    document = json.loads(said.to_bytes())
+    document["gaining"] = "p-3"
+    with pytest.raises(CorruptDataError, match="gaining"):
+        Manifest.from_bytes(json.dumps(document).encode(), PATH)

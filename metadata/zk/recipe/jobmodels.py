@@ -163,6 +163,7 @@ class JobModelStore:
         retention: bool = True,
         base: int | None = None,
         losing: Collection[str] = (),
+        gaining: Collection[str] | None = None,
     ) -> None:
         """Publish ``model`` as version ``model.version`` with barrier v expecting ``participants``;
         then, if ``retention``, remove the versions beyond the retention (best effort).
@@ -172,7 +173,8 @@ class JobModelStore:
         version. ``base`` and ``losing``: the version the model was planned against and the
         processors that lose a task against it, as the leader decided them; the manifest records
         them so that the others can join the barrier at once (a list longer than
-        :data:`LOSING_LIMIT` is not stored: then everyone reads first).
+        :data:`LOSING_LIMIT` is not stored: then everyone reads first). ``gaining``: the processors
+        given a task against ``base`` (None: not said); the others read no container.
 
         Raises :class:`FencedOut` if ``epoch`` is no longer in force (nothing becomes visible),
         :class:`WriteConflict` if the version is not above the latest or another publish won.
@@ -180,7 +182,9 @@ class JobModelStore:
         version = model.version
         what = f"publish job model {version}"
         version_stat = self._check_publishable(version, epoch, what)
-        encoded = self._encode(model, grouper=grouper, epoch=epoch.epoch, base=base, losing=losing)
+        encoded = self._encode(
+            model, grouper=grouper, epoch=epoch.epoch, base=base, losing=losing, gaining=gaining
+        )
         fence = self._epochs.fence(epoch)
         model_path = self._layout.job_model(version)
         views = [(ref.name, data) for ref, data in encoded.views]
@@ -227,9 +231,10 @@ class JobModelStore:
         epoch: int,
         base: int | None,
         losing: Collection[str],
+        gaining: Collection[str] | None = None,
     ) -> _Encoded:
         """The job-model JSON (format 2, :mod:`metadata.columns`), compressed into chunks, its
-        container views and its manifest (with ``base`` and ``losing`` when given)."""
+        container views and its manifest (with ``base``, ``losing`` and ``gaining`` when given)."""
         columns = ModelColumns(model, run_id=self._run_id, grouper=grouper)
         raw = orjson.dumps(columns.document())
         manifest, chunks = split_blob(
@@ -249,7 +254,13 @@ class JobModelStore:
         if views:
             manifest = replace(manifest, views=tuple(ref for ref, _ in views))
         if base is not None and base < model.version and len(losing) <= LOSING_LIMIT:
-            manifest = replace(manifest, base=base, losing=tuple(sorted(losing)))
+            said = gaining is not None and len(gaining) <= LOSING_LIMIT
+            manifest = replace(
+                manifest,
+                base=base,
+                losing=tuple(sorted(losing)),
+                gaining=tuple(sorted(gaining)) if said and gaining is not None else None,
+            )
         return _Encoded(raw, manifest, chunks, views)
 
     def _commit(

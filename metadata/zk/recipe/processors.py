@@ -19,6 +19,11 @@ nodes of the last read: a gauge for the coordinator's metrics).
 
 A registration whose answer was lost to a connection drop is looked up by its
 ``registration_id`` before trying again, so a retry never registers a processor twice.
+
+A registration node is written once, when it is created, and never changed (a new session
+registers a new node): a registry remembers the nodes it decoded and, on each read, lists the
+children and reads only the new ones. So the coordinator's read after one processor's death is
+one listing, not P node reads.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class ProcessorRegistry:
         self._layout = layout
         #: The malformed registrations (node paths) the last read skipped.
         self.skipped: tuple[str, ...] = ()
+        self._known: dict[str, ProcessorRegistration | None] = {}  # node -> decoded (None: bad)
 
     def register(self, processor_id: str, location_id: str, host: str = "", **extra: Any) -> str:
         """Register a processor for the life of this client's session; returns the node path."""
@@ -176,28 +182,32 @@ class ProcessorRegistry:
         return None
 
     def _read_all(self) -> list[ProcessorRegistration]:
-        """Every live registration, sorted by sequence."""
+        """Every live registration, sorted by sequence (only nodes new since the last read are
+        read: a registration never changes)."""
         names = self._ops.children(self._layout.processors, "list processors") or []
         paths = [f"{self._layout.processors}/{name}" for name in names]
-        found = self._ops.get_many(paths, "read processors", self._layout.processors)
-        registrations, skipped = [], []
-        for name, path in zip(names, paths, strict=True):
+        known = {path: self._known[path] for path in paths if path in self._known}
+        new = [(name, path) for name, path in zip(names, paths, strict=True) if path not in known]
+        found = self._ops.get_many([p for _, p in new], "read processors", self._layout.processors)
+        for name, path in new:
             entry = found.get(path)
-            if entry is None:
-                continue  # expired between listing and reading
-            try:
-                registration = self._decode(name, path, entry[0])
-            except CorruptDataError as exc:
-                skipped.append(path)
-                if path not in self.skipped:  # logged once, not at every read
-                    self._ops.log.error(
-                        "zk.bad_registration_skipped", node=path, problem=exc.problem
-                    )
-                continue
-            registrations.append(replace(registration, owner=entry[1].ephemeralOwner))
-        self.skipped = tuple(sorted(skipped))
+            if entry is not None:  # (else it expired between listing and reading)
+                known[path] = self._decoded(name, path, entry)
+        self._known = known
+        self.skipped = tuple(sorted(path for path, r in known.items() if r is None))
+        registrations = [r for r in known.values() if r is not None]
         registrations.sort(key=lambda r: r.sequence)
         return registrations
+
+    def _decoded(
+        self, name: str, path: str, entry: tuple[bytes, Any]
+    ) -> ProcessorRegistration | None:
+        try:
+            registration = self._decode(name, path, entry[0])
+        except CorruptDataError as exc:  # logged once: the node is remembered as bad
+            self._ops.log.error("zk.bad_registration_skipped", node=path, problem=exc.problem)
+            return None
+        return replace(registration, owner=entry[1].ephemeralOwner)
 
     def locality(self) -> dict[str, str]:
         """Live processor id -> location id."""

@@ -1,0 +1,163 @@
+"""The Markdown section ``benchmarks/rebalance.py`` writes: the measures per size, and the goals
+of issue 16 at P=1,000 with the figures measured before the work on them ("today")."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from benchmarks._report import machine, table
+
+#: Issue 16's goals (at P=1,000).
+GOAL_COORDINATOR_MS = 300  # death -> published, beyond the debounce
+GOAL_SURVIVOR_CPU_MS = 2.0  # one survivor's CPU per rebalance
+GOAL_BOUND_RATIO = 1.5  # beyond-debounce wall time over this machine's bound
+
+#: Measured before this work (issue 16: beyond debounce, processors' CPU to DONE, CPU per
+#: survivor per rebalance); at P=1,000 the old benchmark did not settle on this machine.
+TODAY: dict[int, tuple[str, str, str]] = {
+    100: ("530 ms", "560 ms", "about 8 ms"),
+    300: ("1,678 ms", "2,480 ms", "about 8 ms"),
+    1000: ("did not settle (sessions expired)", "-", "-"),
+}
+
+
+def ms(seconds: float, digits: int = 0) -> str:
+    return f"{seconds * 1000:,.{digits}f} ms"
+
+
+def _measures(row: Any) -> list[object]:
+    cores = os.cpu_count() or 1
+    beyond = row.median(lambda d: d.gone_to_done) - row.debounce_s
+    bound = row.median(lambda d: d.cpu_to_done) / cores
+    per_survivor = row.median(lambda d: d.processor_requests / max(1, d.survivors))
+    return [
+        row.processors,
+        f"{row.tasks:,}",
+        f"{len(row.deaths)} ({row.workers})",
+        f"{row.median(lambda d: d.load):.1f}",
+        ms(row.median(lambda d: d.gone_to_done)),
+        ms(beyond),
+        f"{ms(row.median(lambda d: d.gone_to_published) - row.debounce_s)} "
+        f"({ms(row.median(lambda d: d.cpu_coordinator_published))} CPU)",
+        ms(row.median(lambda d: d.published_to_done)),
+        f"+{row.median(lambda d: d.first_join) * 1000:,.0f} .. "
+        f"+{row.median(lambda d: d.last_join) * 1000:,.0f} ms",
+        f"{row.median(lambda d: d.cpu_processors) * 1000:,.0f} / "
+        f"{row.median(lambda d: d.cpu_coordinator) * 1000:,.0f} / "
+        f"{row.median(lambda d: d.cpu_zookeeper) * 1000:,.0f} ms",
+        ms(bound),
+        f"{beyond / bound:.2f}x" if bound > 0 else "-",
+        ms(row.median(lambda d: d.survivor_cpu), 2),
+        f"{row.median(lambda d: d.coordinator_requests):,.0f} + "
+        f"{row.median(lambda d: d.processor_requests):,.0f} ({per_survivor:.1f} each)",
+        f"{row.median(lambda d: d.coordinator_writes):,.0f} / "
+        f"{row.median(lambda d: d.coordinator_reads):,.0f}, "
+        f"{row.median(lambda d: d.processor_writes):,.0f} / "
+        f"{row.median(lambda d: d.processor_reads):,.0f}",
+        f"{row.median(lambda d: d.moved):,.0f}",
+        ms(row.view_s),
+        ms(row.decode_s),
+    ]
+
+
+HEADERS = [
+    "P",
+    "T",
+    "deaths (worker processes)",
+    "load (1 min)",
+    "death -> DONE",
+    "beyond debounce",
+    "coordinator's part beyond debounce (its CPU)",
+    "published -> DONE",
+    "joins after publish",
+    "CPU to DONE: processors / coordinator / ZooKeeper",
+    "bound: CPU to DONE / cores",
+    "beyond debounce / bound",
+    "survivor CPU per rebalance",
+    "ZooKeeper requests per rebalance: coordinator + survivors",
+    "store writes / reads: coordinator, survivors",
+    "moved",
+    "one view read",
+    "whole model read",
+]
+
+
+def _goals(rows: list[Any]) -> str:
+    cores = os.cpu_count() or 1
+    lines = []
+    for row in rows:
+        beyond = row.median(lambda d: d.gone_to_done) - row.debounce_s
+        bound = row.median(lambda d: d.cpu_to_done) / cores
+        coordinator = row.median(lambda d: d.gone_to_published) - row.debounce_s
+        survivor = row.median(lambda d: d.survivor_cpu)
+        cpu = row.median(lambda d: d.cpu_coordinator_published)
+        today = TODAY.get(row.processors, ("-", "-", "-"))
+        requests = row.median(lambda d: d.processor_requests / max(1, d.survivors))
+        lines.append(
+            [
+                row.processors,
+                f"{ms(beyond)} (today {today[0]})",
+                f"{ms(coordinator)}, CPU {ms(cpu)} (goal {GOAL_COORDINATOR_MS} ms)",
+                f"{ms(survivor, 2)} (goal {GOAL_SURVIVOR_CPU_MS:g} ms; today {today[2]})",
+                f"{ms(row.median(lambda d: d.cpu_processors))} (today {today[1]})",
+                f"{beyond / bound:.2f}x of {ms(bound)} (goal {GOAL_BOUND_RATIO:g}x)"
+                if bound > 0
+                else "-",
+                f"{requests:.1f} + {row.median(lambda d: d.coordinator_requests):,.0f}",
+            ]
+        )
+    return table(
+        [
+            "P",
+            "beyond debounce",
+            "coordinator's part",
+            "survivor CPU per rebalance",
+            "processors' CPU to DONE",
+            "beyond debounce vs bound",
+            "requests per survivor + coordinator's",
+        ],
+        lines,
+    )
+
+
+def report(rows: list[Any], deaths: int, seconds: float, command: str) -> str:
+    return (
+        "## Rebalance after a processor's death (`benchmarks/rebalance.py`)\n\n"
+        f"A private ZooKeeper (Debian package) on loopback; {machine()}; total run "
+        f"{seconds:.0f} s; re-run with `{command}`. One real coordinator (election, fenced "
+        "publishes, `host-affinity` in its grouper process) in the benchmark's process, and P "
+        "processor clients, each with its own ZooKeeper session and thread, spread over a few "
+        "worker processes (as on separate hosts, but all on this machine's cores, with "
+        "ZooKeeper); one location per processor. A death closes a processor's session without "
+        "unregistering; times run from the moment its registration node is gone. Medians over "
+        f"{deaths} deaths per size (P shrinks by one per death). **The machine is shared**: "
+        "wall-clock figures move with the load (the 1-minute load average at each death is "
+        "given); the CPU figures do not, and the goals are judged on them.\n\n"
+        "- **beyond debounce**: death -> DONE minus the debounce. **coordinator's part**: death "
+        "-> published (v+1 visible) minus the debounce: read the processors, run the grouper, "
+        "publish in one fenced transaction; its CPU: the coordinator's side (this process, "
+        "observer included, and the grouper's process) from the death to the publish. "
+        "**published -> DONE**: the survivors' part; "
+        "**joins after publish**: the first and the last join, by ZooKeeper's clock.\n"
+        "- **CPU to DONE**: CPU used from the death to DONE by the worker processes (all "
+        "survivors), the coordinator's side (this process and the grouper's) and the ZooKeeper "
+        "server. **bound**: their sum over the cores, the least wall time this machine needs "
+        "for that work; **beyond debounce / bound** compares the two.\n"
+        "- **survivor CPU per rebalance**: the worker processes' CPU from the death until every "
+        "survivor runs v+1 and has written its locality, minus what they use idle over that "
+        "time (pings), over the survivors. After one death most survivors neither lose nor gain "
+        "a task: the manifest says so (`gaining`), and they read no container and write no "
+        "locality, only join and watch the barrier.\n"
+        "- **ZooKeeper requests**: every request the clients sent (`KazooClient` calls: the "
+        "stores' reads and writes and the re-reads of kazoo's watch recipes; one `multi` is "
+        "one request; pings not counted), the coordinator's and the survivors' (with the "
+        "number per survivor: it should not grow with P). **store writes / reads**: the "
+        "stores' own counters (`ZkMetadataStore.ops` / `.reads`, a read being one node).\n"
+        "- **one view read** / **whole model read**: reading one processor's container (its "
+        "container view) and, for comparison, the whole T-task model.\n\n"
+        f"{table(HEADERS, [_measures(r) for r in rows])}\n\n"
+        "Against issue 16's goals (at P=1,000) and the figures measured before this work "
+        "(today):\n\n"
+        f"{_goals(rows)}\n"
+    )
