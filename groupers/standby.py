@@ -180,12 +180,19 @@ class _Placer:
         see room there and be lost (the first answer filled those processors earlier)."""
         wanted: list[tuple[int, int, int, str, str]] = []
         for rank, name in enumerate(order):
-            active = chosen[name][0]
-            held = state.get(name, {})
+            held = state.get(name)
+            if not held:
+                continue
+            active = chosen[name][:1]
+            if len(held) == 1:  # the usual case, without a sort
+                ((pid, lag),) = held.items()
+                if pid in self.load and pid != active[0]:
+                    wanted.append((self.spread(pid, active), lag, rank, name, pid))
+                continue
             mine = sorted(
-                (self.spread(pid, [active]), lag, pid)
+                (self.spread(pid, active), lag, pid)
                 for pid, lag in held.items()
-                if pid in self.load and pid != active
+                if pid in self.load and pid != active[0]
             )
             wanted.extend((spread, lag, rank, name, pid) for spread, lag, pid in mine[:copies])
         for _, _, _, name, pid in sorted(wanted):
@@ -198,9 +205,10 @@ class _Placer:
             for name in order:
                 kept = chosen[name]
                 for pid in kept[1:]:
-                    others = [p for p in kept if p != pid]
-                    best = self.best_spread(others)
-                    if best is not None and best < self.spread(pid, others):
+                    others = kept[:1] if len(kept) == 2 else [p for p in kept if p != pid]
+                    spread = self.spread(pid, others)  # 0: nothing beats it (the usual case)
+                    best = self.best_spread(others) if spread else None
+                    if best is not None and best < spread:
                         kept.remove(pid)
                         self._drop(pid, name)
                         dropped = True
