@@ -12,11 +12,14 @@ active assignment is decided first and never changed by this phase. Rules, in th
    copies (active included): another zone first, then another rack, then another host, then any
    other processor: the *spread* of a place is its longest common prefix with any copy.
 3. **Stickiness.** A processor that already holds a copy of the task's state
-   (``GrouperMetadata.task_state``, any lag) keeps it when its spread is the best any processor
-   under its cap offers (pass 1, tasks in the order of pass 2: by active processor, then name;
-   before any new copy is placed; the most
-   spread held copy first, then the lowest lag). Feeding an answer's standbys back as
-   ``task_state`` with the same actives gives the same standbys (one replica; see the tests).
+   (``GrouperMetadata.task_state``, any lag) keeps it (pass 1, before any new copy is placed)
+   unless a processor under its cap *in the end* offers a better spread: the held copies are
+   taken first (a task's most spread, then lowest lag; a processor keeps the most spread, then
+   lowest lag, up to its cap), then every kept copy beaten on spread by a processor still under
+   its cap is dropped, until none is. Judging on the final loads, not while copies are taken
+   one by one, keeps a copy whose better places are filled by their own held copies later.
+   Feeding an answer's standbys back as ``task_state`` with the same actives gives the same
+   standbys (one replica; see the tests).
 4. **Load**, then a fixed interleaved order of processors (round-robin over the location tree, so
    that equal loads alternate zones), then nothing: the answer is deterministic.
 
@@ -52,10 +55,8 @@ def place_standbys(
     state = metadata.task_state
     placer.copies = chosen
     groups = [sorted(active[pid]) for pid in sorted(active)]  # tasks sharing an active
-    for group in groups if state else ():  # pass 1: stickiness (in the order of pass 2)
-        for name in group:
-            if name in state:
-                placer.keep_held(name, chosen[name], state[name], copies)
+    if state:  # pass 1: stickiness
+        placer.keep_held([name for group in groups for name in group], state, chosen, copies)
     standbys: dict[str, list[str]] = {pid: [] for pid in active}
     for pid, group in zip(sorted(active), groups, strict=True):  # pass 2: the rest, by group
         if copies == 1:
@@ -155,29 +156,62 @@ class _Placer:
             heapq.heappush(self.heap, (self.load[pid], self.rank[pid], pid))
 
     def _drop(self, pid: str, name: str) -> None:
-        """One standby (of task ``name``) less on ``pid``, which was at or over its cap."""
+        """One standby (of task ``name``) less on ``pid``."""
         self.held[pid].discard(name)
         self.load[pid] -= 1
         if self.load[pid] == self.cap[pid] - 1:
             self._count(pid, 1)
+        if self.load[pid] < self.cap[pid]:
             heapq.heappush(self.heap, (self.load[pid], self.rank[pid], pid))
 
-    def keep_held(self, name: str, chosen: list[str], held: Mapping[str, int], copies: int) -> None:
-        """Pass 1: keep the task's existing copies, most spread first (then lowest lag), while
-        each is as spread as any place under its cap offers."""
-        waiting = [
-            (lag, pid) for pid, lag in held.items() if pid in self.load and pid not in chosen
-        ]
-        while waiting and len(chosen) <= copies:
-            waiting = [(lag, pid) for lag, pid in waiting if self.load[pid] < self.cap[pid]]
-            if not waiting:
-                return
-            spread, lag, pid = min((self.spread(pid, chosen), lag, pid) for lag, pid in waiting)
-            if spread != self.best_spread(chosen):
-                return
-            chosen.append(pid)
-            self.take(pid, name)
-            waiting.remove((lag, pid))
+    def keep_held(
+        self,
+        order: list[str],
+        state: Mapping[str, Mapping[str, int]],
+        chosen: dict[str, list[str]],
+        copies: int,
+    ) -> None:
+        """Pass 1: keep the held copies (each task's most spread, then lowest lag, up to
+        ``copies``; a processor keeps the most spread, then lowest lag, up to its cap), then drop
+        every kept copy that some processor under its cap would beat on spread, until none does.
+
+        The test is on the final loads, not on the loads while the copies are taken one by one:
+        a copy taken before the few distant processors are filled by their own held copies would
+        see room there and be lost (the first answer filled those processors earlier)."""
+        wanted: list[tuple[int, int, int, str, str]] = []
+        for rank, name in enumerate(order):
+            held = state.get(name)
+            if not held:
+                continue
+            active = chosen[name][:1]
+            if len(held) == 1:  # the usual case, without a sort
+                ((pid, lag),) = held.items()
+                if pid in self.load and pid != active[0]:
+                    wanted.append((self.spread(pid, active), lag, rank, name, pid))
+                continue
+            mine = sorted(
+                (self.spread(pid, active), lag, pid)
+                for pid, lag in held.items()
+                if pid in self.load and pid != active[0]
+            )
+            wanted.extend((spread, lag, rank, name, pid) for spread, lag, pid in mine[:copies])
+        for _, _, _, name, pid in sorted(wanted):
+            if self.load[pid] < self.cap[pid]:
+                chosen[name].append(pid)
+                self.take(pid, name)
+        dropped = True
+        while dropped:
+            dropped = False
+            for name in order:
+                kept = chosen[name]
+                for pid in kept[1:]:
+                    others = kept[:1] if len(kept) == 2 else [p for p in kept if p != pid]
+                    spread = self.spread(pid, others)  # 0: nothing beats it (the usual case)
+                    best = self.best_spread(others) if spread else None
+                    if best is not None and best < spread:
+                        kept.remove(pid)
+                        self._drop(pid, name)
+                        dropped = True
 
     def place_group(self, active: str, names: list[str], chosen: dict[str, list[str]]) -> None:
         """One copy of each of ``names`` (tasks active on ``active``; those with a copy already

@@ -157,6 +157,29 @@ def test_standbys_are_sticky(data: GrouperInput) -> None:
     assert standbys_of(second) == standbys_of(first)
 
 
+def test_standbys_stay_when_the_one_distant_processor_fills_late() -> None:
+    """p-0 alone on another rack holds the copies of Partitions 3 and 7 (active on p-1, p-3).
+    Partition 2's copy on p-3 must stay although p-0 has room when Partition 2 comes first:
+    p-0's room goes to its own held copies (the check is on the final loads)."""
+    locality = {"p-0": "zone-a/rack-1/host-1"} | {
+        f"p-{i}": "zone-a/rack-0/host-0" for i in (1, 2, 3)
+    }
+    tasks = [task(n) for n in range(8)]
+    grouper = get_grouper("host-affinity", standby_replicas=1)
+    first = grouper.group(tasks, GrouperMetadata(locality, {}, {}))
+    assert standbys_of(first) == {
+        "p-0": ["Partition 3", "Partition 7"],
+        "p-1": ["Partition 0", "Partition 5"],
+        "p-2": ["Partition 1", "Partition 6"],
+        "p-3": ["Partition 2", "Partition 4"],
+    }
+    state = {name: {pid: 5} for pid, names in standbys_of(first).items() for name in names}
+    again = GrouperMetadata(locality, {}, owners(first), task_state=state)
+    second = grouper.group(tasks, again)
+    assert (actives(second), standbys_of(second)) == (actives(first), standbys_of(first))
+    assert grouper.group(tasks, again) == second  # the same input, the same answer
+
+
 def test_standbys_prefer_another_zone_and_never_share_a_processor() -> None:
     locality = {
         "a1": "zone-a/r1/h1",
