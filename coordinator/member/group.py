@@ -112,6 +112,7 @@ class _Member:
 class _Watches:
     version: Watch | None = None
     barriers: dict[int, Watch] = field(default_factory=dict)
+    barrier_states: dict[int, BarrierState | None] = field(default_factory=dict)  # last seen
     manifests: dict[int, Manifest] = field(default_factory=dict)
 
 
@@ -313,16 +314,24 @@ class MemberGroup(RegistrationActions, StandbyActions):
         return []
 
     def _watch_barrier(self, _member: _Member, action: WatchBarrier) -> list[MemberEvent]:
-        version = action.version
-        if version not in self._watches.barriers:
+        """Watch barrier ``v`` (one watch for the group). A member that asks again for a watch
+        the group holds (it resynced in the same session) hears the state last seen at once:
+        the watch fires only on changes, and a decision it already delivered would never come
+        again."""
+        version, watches = action.version, self._watches
+        if version in watches.barriers:
+            seen = watches.barrier_states.get(version)
+            return [] if seen is None else [BarrierDecided(version, seen)]
 
-            def on_state(state: str | None) -> None:
-                decided = BarrierState(state) if state in set(BarrierState) else None
-                self._events.put((None, BarrierDecided(version, decided)))
+        def on_state(state: str | None) -> None:
+            decided = BarrierState(state) if state in set(BarrierState) else None
+            watches.barrier_states[version] = decided
+            self._events.put((None, BarrierDecided(version, decided)))
 
-            self._watches.barriers[version] = self.store.barriers.watch_state(version, on_state)
-            for old in [v for v in self._watches.barriers if v < version]:
-                self._watches.barriers.pop(old).stop()
+        watches.barriers[version] = self.store.barriers.watch_state(version, on_state)
+        for old in [v for v in watches.barriers if v < version]:
+            watches.barriers.pop(old).stop()
+            watches.barrier_states.pop(old, None)
         return []
 
     def _stop_tasks(self, member: _Member, action: StopTasks) -> list[MemberEvent]:

@@ -72,3 +72,36 @@ def test_a_cut_off_processor_stops_its_tasks_before_another_starts_them(
         job.assert_no_task_ran_twice_at_once()
     finally:
         link.close()
+
+
+def test_fenced_processors_restart_their_tasks_when_their_sessions_come_back(
+    job: JobHarness, zk_private_server: EmbeddedZooKeeper
+) -> None:
+    """ZooKeeper down past the fence time, back before any session expires (a restarted server
+    gives every session a fresh timeout): each processor stops its tasks, then, the same session
+    back, reads the model in force again and restarts them - no new version, same owners."""
+    job.start_coordinator("coordinator-0")
+    job.start_processor("p-1", "host-a")
+    job.start_processor("p-2", "host-b")
+    job.wait_for(job.settled, 30, "the first job model to settle")
+    before = job.done_model()
+    assert before is not None
+    owners = {pid: set(job.running(pid)) for pid in ("p-1", "p-2")}
+
+    zk_private_server.kill()
+    fence_s = SESSION_TIMEOUT_MS / 1000 / 4
+    job.wait_for(
+        lambda: not job.running("p-1") and not job.running("p-2"), 10 * fence_s, "the fences"
+    )
+    zk_private_server.start()
+
+    job.wait_for(
+        lambda: all(set(job.running(pid)) == tasks for pid, tasks in owners.items()),
+        30,
+        "both processors to restart their tasks",
+    )
+    after = job.done_model()
+    assert after is not None and after.version == before.version
+    for pid in owners:
+        assert "processor.fenced" in (job.workdir / f"{pid}.log").read_text()
+    job.assert_no_task_ran_twice_at_once()
