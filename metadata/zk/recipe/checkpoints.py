@@ -28,8 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-import tenacity
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from metadata.checkpoints import (
@@ -42,9 +41,10 @@ from metadata.checkpoints import (
     with_offset,
 )
 from metadata.model import SystemStreamPartition
-from metadata.zk.errors import TransactionRejected, WriteConflict
+from metadata.zk.errors import TransactionRejected
 from metadata.zk.layout import JobLayout, parse_checkpoint_name
 from metadata.zk.ops import Op, ZkOps
+from metadata.zk.races import LostRace, lost_race, retry_races
 
 __all__ = ["CheckpointStore", "partition_of"]
 
@@ -54,16 +54,6 @@ def partition_of(ssp: SystemStreamPartition) -> SystemStreamPartition:
     if ssp.key_bucket == -1:
         return ssp
     return SystemStreamPartition(ssp.system, ssp.stream, ssp.partition)
-
-
-class _Race(Exception):
-    """A compare-and-set lost to another writer; read again and retry."""
-
-
-def _lost_race(exc: TransactionRejected) -> bool:
-    """True if another writer got there first: the node's version moved, it was created or it
-    was deleted meanwhile (or the folder was)."""
-    return isinstance(exc.error, BadVersionError | NodeExistsError | NoNodeError)
 
 
 class CheckpointStore:
@@ -163,29 +153,14 @@ class CheckpointStore:
             plan[whole].append((ssp.key_bucket, offset))
         if not plan:
             return {}
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self._max_attempts),
-            wait=tenacity.wait_random(0, self._max_pause_s),
-            retry=tenacity.retry_if_exception_type(_Race),
-            before_sleep=self._log_race,
-            reraise=True,
-        )
-        try:
-            for attempt in retrying:
-                with attempt:
-                    return self._write_once(plan, factor)
-        except _Race as exc:
-            raise WriteConflict(
-                self._folder,
-                f"write checkpoints: lost the compare-and-set {self._max_attempts} times in a "
-                f"row ({exc})",
-            ) from exc.__cause__
-        raise AssertionError("unreachable: tenacity either returns or raises")
-
-    def _log_race(self, state: tenacity.RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome else None
-        self._ops.log.info(
-            "zk.checkpoint_write_conflict", attempt=state.attempt_number, error=str(error)
+        return retry_races(
+            lambda: self._write_once(plan, factor),
+            ops=self._ops,
+            folder=self._folder,
+            what="write checkpoints",
+            event="zk.checkpoint_write_conflict",
+            attempts=self._max_attempts,
+            max_pause_s=self._max_pause_s,
         )
 
     def _write_once(
@@ -213,11 +188,11 @@ class CheckpointStore:
         try:
             written = self._ops.commit_batched(ops, "write checkpoints")
         except TransactionRejected as exc:
-            if not _lost_race(exc):
+            if not lost_race(exc):
                 raise
             if isinstance(exc.error, NoNodeError):
                 self._folder_exists = False  # a create found no folder (or a set no node)
-            raise _Race(str(exc)) from exc
+            raise LostRace(str(exc)) from exc
         self._ops.log.debug("zk.checkpoints_written", partitions=len(plan), written=written)
         return result
 

@@ -23,19 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
-import tenacity
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
 from metadata.errors import CorruptDataError
-from metadata.zk.errors import TransactionRejected, WriteConflict
+from metadata.zk.errors import TransactionRejected
 from metadata.zk.layout import JobLayout, decode_name
 from metadata.zk.ops import Op, ZkOps
+from metadata.zk.races import LostRace, lost_race, retry_races
 
 __all__ = ["StandbyLagStore"]
-
-
-class _Race(Exception):
-    """Another writer got there first (a version moved, a node appeared or went): retry."""
 
 
 def _encode(task: str, lag: int) -> bytes:
@@ -174,32 +168,17 @@ class StandbyLagStore:
         try:
             return self._ops.commit_batched(ops, what)
         except TransactionRejected as exc:
-            if isinstance(exc.error, BadVersionError | NodeExistsError | NoNodeError):
-                raise _Race(str(exc)) from exc
+            if lost_race(exc):
+                raise LostRace(str(exc)) from exc
             raise
 
     def _retrying(self, attempt: Callable[[], int], what: str) -> int:
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self._max_attempts),
-            wait=tenacity.wait_random(0, self._max_pause_s),
-            retry=tenacity.retry_if_exception_type(_Race),
-            before_sleep=self._log_race,
-            reraise=True,
-        )
-        try:
-            for call in retrying:
-                with call:
-                    return attempt()
-        except _Race as exc:
-            raise WriteConflict(
-                self._folder,
-                f"{what} standby lag: lost to a concurrent change {self._max_attempts} times "
-                f"in a row ({exc})",
-            ) from exc.__cause__
-        raise AssertionError("unreachable: tenacity either returns or raises")
-
-    def _log_race(self, state: tenacity.RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome else None
-        self._ops.log.info(
-            "zk.standby_lag_write_conflict", attempt=state.attempt_number, error=str(error)
+        return retry_races(
+            attempt,
+            ops=self._ops,
+            folder=self._folder,
+            what=f"{what} standby lag",
+            event="zk.standby_lag_write_conflict",
+            attempts=self._max_attempts,
+            max_pause_s=self._max_pause_s,
         )
