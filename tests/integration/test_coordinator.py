@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from jobharness import JobHarness
@@ -16,20 +14,6 @@ from jobharness import JobHarness
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
-
-
-@pytest.fixture
-def job_factory(zk_private_server: ZooKeeperServer, tmp_path: Path) -> Iterator[type[JobHarness]]:
-    made: list[JobHarness] = []
-
-    class Factory(JobHarness):
-        def __init__(self, **kw: object) -> None:
-            super().__init__(zk_private_server, tmp_path / f"job{len(made)}", **kw)  # type: ignore[arg-type]
-            made.append(self)
-
-    yield Factory
-    for job in made:
-        job.stop_all()
 
 
 def start(job: JobHarness, layout: dict[str, str], coordinators: int = 1) -> None:

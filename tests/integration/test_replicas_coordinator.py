@@ -8,8 +8,7 @@ import itertools
 import json
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 
 import pytest
 from jobharness import AFFINITY, JobHarness
@@ -20,20 +19,6 @@ from metadata.model import JobModel, TaskModel
 from metadata.zk import ZkMetadataStore, connect
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
-
-
-@pytest.fixture
-def job_factory(zk_private_server: ZooKeeperServer, tmp_path: Path) -> Iterator[type[JobHarness]]:
-    made: list[JobHarness] = []
-
-    class Factory(JobHarness):
-        def __init__(self, **kw: object) -> None:
-            super().__init__(zk_private_server, tmp_path / f"job{len(made)}", **kw)  # type: ignore[arg-type]
-            made.append(self)
-
-    yield Factory
-    for job in made:
-        job.stop_all()
 
 
 def test_processors_get_tasks_in_proportion_to_their_registered_capacity(
