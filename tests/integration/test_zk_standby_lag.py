@@ -47,9 +47,32 @@ def test_remove_and_clear(zk_store: ZkMetadataStore) -> None:
     lag.write("p-1", {"a": 1, "b": 2, "c": 3})
     assert lag.remove("p-1", ["a", "gone"]) == 1
     assert lag.read() == {"p-1": {"b": 2, "c": 3}}
-    assert lag.clear("p-1") == 2
+    assert lag.clear("p-1") == 3  # two entries and the emptied folder
     assert lag.clear("p-1") == 0 and lag.clear("never-reported") == 0
     assert lag.read() == {}
+    assert zk_store.client.get_children(f"{zk_store.layout.folder}/standbyLag") == []
+
+
+def test_a_leader_read_costs_one_request_when_no_processor_reports(
+    zk_store: ZkMetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zk_store.ensure_layout()
+    listed: list[str] = []
+    list_children = zk_store.client.get_children_async
+
+    def counting(path: str, *args: object, **kwargs: object) -> object:
+        listed.append(path)
+        return list_children(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk_store.client, "get_children_async", counting)
+    live = [f"p-{n}" for n in range(200)]
+    assert zk_store.standby_lag.read(live) == {}
+    assert listed == [f"{zk_store.layout.folder}/standbyLag"]  # not one listing per processor
+
+    zk_store.standby_lag.write("p-7", {"a": 0})
+    listed.clear()
+    assert zk_store.standby_lag.read(live) == {"p-7": {"a": 0}}
+    assert len(listed) == 2  # the folders, then p-7's entries
 
 
 @pytest.mark.parametrize("bad", [-1, True, 1.5, "3", None])

@@ -2,7 +2,11 @@
 copy of the task's state (decimal text; 0 = caught up), both names URL-encoded.
 
 The entries are ephemeral: they go with the session of the processor that wrote them, so a
-processor that dies leaves no report behind (its folder stays, empty, for its next life).
+processor that dies leaves no report behind (its folder stays, empty, for its next life). A
+folder exists only while its processor reports a copy, or after it died holding some: removing
+a processor's last entry removes its folder too. :meth:`StandbyLagStore.read` lists the folders
+once and reads only those of the processors asked for, so a job with no standbys costs the
+leader one request per grouper run, whatever the number of processors.
 
 A processor writes the entries of the standby replicas it holds; nothing else writes there. The
 writes are differential, as task locality's are: :meth:`StandbyLagStore.write` reads the stored
@@ -24,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 
 from metadata.errors import CorruptDataError
-from metadata.zk.errors import TransactionRejected
+from metadata.zk.errors import TransactionRejected, WriteConflict
 from metadata.zk.layout import JobLayout, decode_name
 from metadata.zk.ops import Op, ZkOps
 from metadata.zk.races import LostRace, lost_race, retry_races
@@ -80,11 +84,13 @@ class StandbyLagStore:
         """Processor id -> {task name: lag}, for ``processors`` (None: every processor with a
         report). A corrupt entry raises :class:`CorruptDataError`; with ``on_corrupt``, it is
         reported there instead and left out."""
-        if processors is None:
-            names = self._ops.children(self._folder, "list standby lag processors") or []
-            processors = [decode_name(name, f"{self._folder}/{name}") for name in names]
+        names = self._ops.children(self._folder, "list standby lag processors") or []
+        reporting = [decode_name(name, f"{self._folder}/{name}") for name in names]
+        if processors is not None:
+            wanted = set(processors)
+            reporting = [pid for pid in reporting if pid in wanted]
         lags: dict[str, dict[str, int]] = {}
-        for processor_id in processors:
+        for processor_id in sorted(reporting):
             entries = self._read_processor(processor_id, on_corrupt)
             if entries:
                 lags[processor_id] = entries
@@ -125,13 +131,16 @@ class StandbyLagStore:
         return self._retrying(lambda: self._write_changed(processor_id, wanted), "write")
 
     def remove(self, processor_id: str, tasks: Collection[str]) -> int:
-        """Delete the entries of ``tasks`` (copies the processor no longer holds); returns the
-        number of deletes (entries already gone are not counted)."""
+        """Delete the entries of ``tasks`` (copies the processor no longer holds), and the
+        processor's folder if that leaves it empty; returns the number of deletes (entries
+        already gone are not counted)."""
         paths = [self._layout.standby_lag_entry(processor_id, task) for task in tasks]
-        return self._retrying(lambda: self._delete_present(paths), "remove")
+        deleted = self._retrying(lambda: self._delete_present(paths), "remove")
+        return deleted + self._remove_folder_if_empty(processor_id) if deleted else deleted
 
     def clear(self, processor_id: str) -> int:
-        """Delete every entry of ``processor_id``; returns the number of deletes."""
+        """Delete every entry of ``processor_id`` and its folder; returns the number of
+        deletes."""
         folder = self._layout.standby_lag_folder(processor_id)
         names = self._ops.children(folder, "list standby lag") or []
         return self.remove(processor_id, [decode_name(name, f"{folder}/{name}") for name in names])
@@ -156,6 +165,19 @@ class StandbyLagStore:
             "zk.standby_lag_written", processor=processor_id, tasks=len(wanted), written=written
         )
         return written
+
+    def _remove_folder_if_empty(self, processor_id: str) -> int:
+        """Delete the processor's folder if it holds no entry (1 if deleted). A folder that got
+        an entry meanwhile stays: that write is newer than this removal."""
+        folder = self._layout.standby_lag_folder(processor_id)
+        stat = self._ops.exists(folder, "check standby lag folder")
+        if stat is None or stat.numChildren:
+            return 0
+        try:
+            deleted = self._ops.delete(folder, what="remove empty standby lag folder")
+        except WriteConflict:  # not empty any more: an entry was written meanwhile
+            return 0
+        return 1 if deleted else 0
 
     def _delete_present(self, paths: Collection[str]) -> int:
         if not paths:
