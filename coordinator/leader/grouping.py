@@ -1,6 +1,7 @@
-"""A grouper run for the leader machine's :class:`RunGrouper`: read the standby lag reports into
-``task_state``, run the grouper in its worker process and, when the machine asks for it, run it
-again on its own answer (the fixed-point recheck of :mod:`coordinator.protocol.leader_probing`).
+"""Grouper runs for the leader machine: :class:`RunGrouper` reads the standby lag reports into
+``task_state`` and runs the grouper in its worker process; :class:`RunRecheck` asks it the
+machine's fixed-point question (:mod:`coordinator.protocol.leader_probing`) once a model is in
+force.
 
 The reports are read once per run, only for the processors the grouper is given; a corrupt report
 reads as missing (that copy counts as not held), logged as ``coordinator.corrupt_lag_skipped``
@@ -16,13 +17,18 @@ from typing import Any
 
 from coordinator.leader.grouper_worker import GrouperWorker
 from coordinator.observability import CoordinatorMetrics
-from coordinator.protocol.leader_events import GrouperFinished, RunGrouper
-from coordinator.protocol.leader_probing import recheck_metadata, task_state
+from coordinator.protocol.leader_events import (
+    GrouperFinished,
+    RecheckFinished,
+    RunGrouper,
+    RunRecheck,
+)
+from coordinator.protocol.leader_probing import task_state
 from groupers import GrouperMetadata
 from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 
-__all__ = ["run_grouper", "with_task_state"]
+__all__ = ["run_grouper", "run_recheck", "with_task_state"]
 
 
 def with_task_state(store: ZkMetadataStore, metadata: GrouperMetadata, log: Any) -> GrouperMetadata:
@@ -47,7 +53,7 @@ def run_grouper(
     log: Any,
     clock: Callable[[], float] = time.monotonic,
 ) -> GrouperFinished:
-    """Run the grouper (killed at ``timeout_s``) and, with ``action.recheck``, its recheck."""
+    """Run the grouper (killed at ``timeout_s``) on the action's metadata and the copies."""
     metadata = with_task_state(store, action.metadata, log)
     outcome = worker.run(action.tasks, metadata, timeout_s)
     metrics.grouper_duration.observe(outcome.seconds)
@@ -61,12 +67,24 @@ def run_grouper(
         seconds=round(outcome.seconds, 3),
         ok=outcome.error is None,
     )
-    recheck: object = None
-    question = recheck_metadata(metadata, outcome.containers) if action.recheck else None
-    if outcome.error is None and question is not None:
-        again = worker.run(action.tasks, question, timeout_s)
-        metrics.grouper_duration.observe(again.seconds)
-        if again.error is not None:
-            log.warning("coordinator.recheck_failed", request=action.request, error=again.error)
-        recheck = again.containers if again.error is None else None
-    return GrouperFinished(clock(), action.request, outcome.containers, outcome.error, recheck)
+    return GrouperFinished(clock(), action.request, outcome.containers, outcome.error)
+
+
+def run_recheck(
+    worker: GrouperWorker,
+    action: RunRecheck,
+    *,
+    timeout_s: float,
+    metrics: CoordinatorMetrics,
+    log: Any,
+    clock: Callable[[], float] = time.monotonic,
+) -> RecheckFinished:
+    """Ask the grouper the machine's recheck question (killed at ``timeout_s``); a failed run
+    answers None (the model counts as settled: probing needs the grouper to say otherwise)."""
+    outcome = worker.run(action.tasks, action.question, timeout_s)
+    metrics.grouper_duration.observe(outcome.seconds)
+    if outcome.error is not None:
+        log.warning("coordinator.recheck_failed", version=action.version, error=outcome.error)
+    log.info("coordinator.rechecked", version=action.version, seconds=round(outcome.seconds, 3))
+    answer = outcome.containers if outcome.error is None else None
+    return RecheckFinished(clock(), action.version, answer)

@@ -47,7 +47,7 @@ from coordinator.leader.backoff import (
     retrying,
 )
 from coordinator.leader.grouper_worker import GrouperWorker
-from coordinator.leader.grouping import run_grouper
+from coordinator.leader.grouping import run_grouper, run_recheck
 from coordinator.leader.job_state import read_job_state
 from coordinator.leader.rebalances import RebalanceRecorder
 from coordinator.leader.reporting import report, report_barrier, report_published
@@ -67,6 +67,7 @@ from coordinator.protocol.leader_events import (
     PublishJobModel,
     RemoveOldVersions,
     RunGrouper,
+    RunRecheck,
     ScheduleWakeup,
     TimePassed,
 )
@@ -344,6 +345,16 @@ class CoordinatorService:
                     clock=self.clock,
                 )
                 pending.extend(core.handle(finished))
+            elif isinstance(action, RunRecheck):
+                answered = run_recheck(
+                    self.grouper,
+                    action,
+                    timeout_s=self.grouper_timeout_s,
+                    metrics=self.metrics,
+                    log=log,
+                    clock=self.clock,
+                )
+                pending.extend(core.handle(answered))
             elif isinstance(action, PublishJobModel):
                 self._publish(action, log)
                 # The barrier deadline counts from now, not from before a slow publish.

@@ -43,11 +43,13 @@ Rebalance, step by step (the policies are in :mod:`coordinator.protocol.leader_p
    (:class:`ProcessorReadmitted`), so one silent processor cannot stall every rebalance.
 6. Once a barrier is decided, :class:`RemoveOldVersions` applies retention, never below the
    model in force (:func:`~coordinator.protocol.rules.retention_floor`).
-7. Probing (:mod:`coordinator.protocol.leader_probing`): with ``probing_interval_s`` set, every
-   :class:`RunGrouper` asks for a ``recheck`` of its answer; an answer that is not the grouper's
-   fixed point (warm-ups pending, moves held back) leaves the job *probing* once it is in force:
-   while IDLE it rebalances again every ``probing_interval_s`` (trigger ``probing``), until an
-   answer is settled. An answer equal to the model in force publishes nothing.
+7. Probing (:mod:`coordinator.protocol.leader_probing`): with ``probing_interval_s`` set, a
+   model that comes into force (DONE), or an answer found equal to the model in force, is
+   rechecked (:class:`RunRecheck`, answered by :class:`RecheckFinished`): after the barrier,
+   so the second grouper run never delays a publish or a DONE. A model that is not the
+   grouper's fixed point (warm-ups pending, moves held back) leaves the job *probing*: while
+   IDLE it rebalances again every ``probing_interval_s`` (trigger ``probing``), until an answer
+   is settled. An answer equal to the model in force publishes nothing.
 
 States. The machine's fields (leader, dirty, running, pending) give one :class:`LeaderState` at a
 time; ``TRANSITIONS`` (beside the vocabulary, in ``leader_events``) lists, for each state and
@@ -81,6 +83,7 @@ from coordinator.protocol.leader_events import (
     ModelRefused,
     Published,
     RebalanceSkipped,
+    RecheckFinished,
     RemoveOldVersions,
     RunGrouper,
     ScheduleWakeup,
@@ -98,7 +101,6 @@ from coordinator.protocol.leader_policy import (
     publish_action,
     task_locations,
 )
-from coordinator.protocol.leader_probing import settled
 from coordinator.protocol.leader_timers import LeaderTimers
 from coordinator.protocol.leader_trigger import RebalanceCause, rebalance_cause
 from coordinator.protocol.rules import retention_floor
@@ -137,6 +139,8 @@ class LeaderMachine(LeaderTimers):
     running_cause: RebalanceCause | None = None  # why the grouper in flight runs
     probing: bool = False  # the model in force is not the grouper's fixed point
     probe_at: float | None = None  # when the next probing rebalance is due
+    #: the model in force whose recheck is asked (RunRecheck) and what its answer was given
+    rechecking: tuple[int, GrouperMetadata] | None = None
 
     def __post_init__(self) -> None:
         self.bench = Bench(self.settings.exclusion_s)
@@ -186,6 +190,8 @@ class LeaderMachine(LeaderTimers):
             return self._grouper_finished(event) + self._tick(event.now)
         elif isinstance(event, Published):
             return self._published(event)
+        elif isinstance(event, RecheckFinished):
+            self._recheck_finished(event)
         return self._tick(event.now)
 
     # ------------------------------------------------------------------------ transitions
@@ -200,7 +206,7 @@ class LeaderMachine(LeaderTimers):
         self.vanished.clear()
         self.bench.clear()
         self.retry, self.running_cause = False, None
-        self.probing, self.probe_at = False, None
+        self.probing, self.probe_at, self.rechecking = False, None, None
 
     def _gain(self, event: LeadershipGained) -> list[Action]:
         self._reset()
@@ -225,7 +231,7 @@ class LeaderMachine(LeaderTimers):
             expected = frozenset(latest.containers)
             deadline = event.now + self.settings.barrier_timeout_s
             self.pending = PendingBarrier(  # final or not: unknown, so it probes once
-                latest, expected, deadline, event.now, event.latest_participants, settled=False
+                latest, expected, deadline, event.now, event.latest_participants
             )
             actions += self._barrier(
                 BarrierUpdated(event.now, latest.version, event.latest_participants)
@@ -261,7 +267,8 @@ class LeaderMachine(LeaderTimers):
         if pending.expected <= pending.joined:
             self.pending = None
             self.in_force = pending.model
-            self.probing, self.probe_at = not pending.settled, None
+            self.probe_at = None
+            recheck = self._recheck(pending.model, pending.metadata)
             # The processors now write their tasks' locations (I4): the same as the model's.
             self.task_locality.update(task_locations(pending.model))
             self._note_vanished(event.now)
@@ -271,6 +278,7 @@ class LeaderMachine(LeaderTimers):
                 ),
                 self._retention(),
                 ModelInForce(pending.model),
+                *recheck,
             ]
         return []
 
@@ -290,16 +298,16 @@ class LeaderMachine(LeaderTimers):
         except BadAnswer as exc:
             return [GrouperFailed(event.request, str(exc))]
         candidate = JobModel(self.latest_version + 1, FrozenMap(containers), FrozenMap(self.config))
-        final = settled(self.tasks, metadata, containers, event.recheck)
         in_force = self.in_force
         unchanged = in_force is not None and candidate.same_assignment(in_force)
         if unchanged and in_force is not None and self.latest_version == in_force.version:
-            self.probing = not final  # the recheck of the model in force itself
-            return [RebalanceSkipped("the new assignment equals the model in force")]
+            # Still as the grouper wants it? Recheck the model in force against this question.
+            recheck = self._recheck(in_force, metadata)
+            return [RebalanceSkipped("the new assignment equals the model in force"), *recheck]
         if drops_every_task(in_force, candidate) and not self.settings.allow_dropping_all_tasks:
             assert in_force is not None
             return [ModelRefused(event.request, drop_all_reason(in_force, candidate))]
-        return [self._publish(candidate, metadata, event.now, cause, final)]
+        return [self._publish(candidate, metadata, event.now, cause)]
 
     def _publish(
         self,
@@ -307,12 +315,11 @@ class LeaderMachine(LeaderTimers):
         metadata: GrouperMetadata,
         now: float,
         cause: RebalanceCause | None,
-        final: bool,
     ) -> Action:
         self.latest_version = candidate.version
         # No deadline until the adapter reports the publish done (``Published``).
         expected = frozenset(candidate.containers)
-        self.pending = PendingBarrier(candidate, expected, math.inf, now, settled=final)
+        self.pending = PendingBarrier(candidate, expected, math.inf, now, metadata=metadata)
         action = publish_action(
             candidate, self.in_force, metadata, self.processors, self.task_locality
         )
@@ -370,5 +377,4 @@ class LeaderMachine(LeaderTimers):
         self.requests += 1
         self.running = self.requests
         self.running_metadata = self._metadata()
-        recheck = self.settings.probing_interval_s > 0
-        return [RunGrouper(self.running, self.tasks, self.running_metadata, cause.trigger, recheck)]
+        return [RunGrouper(self.running, self.tasks, self.running_metadata, cause.trigger)]

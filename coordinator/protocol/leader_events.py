@@ -34,7 +34,9 @@ __all__ = [
     "PublishJobModel",
     "RebalanceSkipped",
     "RemoveOldVersions",
+    "RecheckFinished",
     "RunGrouper",
+    "RunRecheck",
     "ScheduleWakeup",
     "TimePassed",
 ]
@@ -118,9 +120,15 @@ class GrouperFinished:
     request: int
     containers: object = None  # the grouper's answer (checked here), or None with ``error``
     error: str | None = None
-    # With RunGrouper.recheck: the grouper's answer to recheck_metadata(metadata, containers)
-    # (coordinator.protocol.leader_probing), None if not asked or it failed.
-    recheck: object = None
+
+
+@dataclass(frozen=True)
+class RecheckFinished:
+    """The grouper's answer to :class:`RunRecheck` for the model ``version`` (None: it failed)."""
+
+    now: float
+    version: int
+    answer: object = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,7 @@ Event = (
     | TimePassed
     | GrouperFinished
     | Published
+    | RecheckFinished
 )
 
 # ----------------------------------------------------------------------------------- actions
@@ -152,7 +161,18 @@ class RunGrouper:
     tasks: tuple[TaskModel, ...]
     metadata: GrouperMetadata
     trigger: Trigger | None = None  # why it runs (coordinator.protocol.leader_trigger)
-    recheck: bool = False  # also run it on the answer (GrouperFinished.recheck): is it final?
+
+
+@dataclass(frozen=True)
+class RunRecheck:
+    """Is the model ``version``, now in force, the grouper's fixed point? Run the grouper on
+    ``question`` (:func:`~coordinator.protocol.leader_probing.recheck_metadata`) and report
+    :class:`RecheckFinished`. Asked once the barrier is DONE (or when an answer equals the
+    model in force), so it never delays a publish or a barrier."""
+
+    version: int
+    tasks: tuple[TaskModel, ...]
+    question: GrouperMetadata
 
 
 @dataclass(frozen=True)
@@ -231,6 +251,7 @@ class ProcessorReadmitted:
 
 Action = (
     RunGrouper
+    | RunRecheck
     | PublishJobModel
     | MarkBarrier
     | RemoveOldVersions
@@ -274,4 +295,8 @@ TRANSITIONS: dict[tuple[LeaderState, type[Event]], frozenset[LeaderState]] = {
         (L.BARRIER, e): frozenset({*_AFTER_TICK, L.BARRIER})
         for e in (MembershipChanged, TimePassed, BarrierUpdated)
     },
+    # A recheck's answer ticks like TimePassed (an IDLE model found unsettled may probe at once).
+    **{(s, RecheckFinished): frozenset({s}) for s in (L.FOLLOWER, L.GROUPING)},
+    **{(s, RecheckFinished): _AFTER_TICK for s in (L.IDLE, L.DEBOUNCING)},
+    (L.BARRIER, RecheckFinished): frozenset({*_AFTER_TICK, L.BARRIER}),
 }

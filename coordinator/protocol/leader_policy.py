@@ -172,7 +172,10 @@ class PendingBarrier:
     deadline: float
     published_at: float
     joined: frozenset[str] = frozenset()
-    settled: bool = True  # the grouper's fixed point (coordinator.protocol.leader_probing)
+    #: what the grouper was given for this answer, to ask once it is in force whether it is the
+    #: grouper's fixed point (coordinator.protocol.leader_probing); None: unknown (a barrier
+    #: inherited from the previous leader), so it probes once
+    metadata: GrouperMetadata | None = None
 
 
 def task_locations(model: JobModel) -> dict[str, str]:

@@ -15,7 +15,8 @@ task that balance wants elsewhere stays while a warm-up copy catches up at its t
 most ``max_moves_per_rebalance`` tasks move at once. Such an answer is not a *fixed point*: run
 again once it is in force, the grouper would move more. The leader cannot see warm-ups in the
 answer (a warm-up replica is a standby like any other) and must not know a grouper's options,
-so it asks the grouper itself: the adapter runs it a second time on :func:`recheck_metadata`,
+so it asks the grouper itself, once the answer is in force (its barrier DONE: the recheck never
+delays a publish), running it a second time on :func:`recheck_metadata`,
 the question the grouper will be asked once the answer is in force *and every copy the answer
 places has caught up* (the answer as the previous model, its tasks at its processors'
 locations, every active and standby copy at lag 0). :func:`settled` compares: the same answer
@@ -24,7 +25,8 @@ move was held back); another answer means the job is not where the grouper wants
 
 Why optimistic lags and not the real ones: with the real lags a pending warm-up *is* a fixed
 point (the task stays until its copy catches up, which no rebalance can hasten), so a re-run
-would hide exactly the case probing exists for. The cost is one more grouper run per answer.
+would hide exactly the case probing exists for. The cost is one more grouper run per model in
+force, after its barrier.
 
 **Probing.** While the model in force is not settled, the leader machine rebalances again every
 ``probing_interval_s`` (trigger ``probing`` in the rebalance history): it runs the grouper with

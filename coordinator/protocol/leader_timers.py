@@ -1,7 +1,8 @@
 """The leader machine's decisions that time makes due (a mixin of
 :class:`~coordinator.protocol.leader.LeaderMachine`, pure like it): when a dirty job is
 rebalanced (debounce and grace), a barrier's timeout and who it benches, a benched processor's
-return, and probing rebalances (:mod:`coordinator.protocol.leader_probing`)."""
+return, and probing rebalances with the rechecks that start them
+(:mod:`coordinator.protocol.leader_probing`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from coordinator.protocol.leader_events import (
     MarkBarrier,
     ProcessorBenched,
     ProcessorReadmitted,
+    RecheckFinished,
     RemoveOldVersions,
+    RunRecheck,
     ScheduleWakeup,
 )
 from coordinator.protocol.leader_policy import (
@@ -21,8 +24,10 @@ from coordinator.protocol.leader_policy import (
     debounce_due,
     grace_until,
 )
+from coordinator.protocol.leader_probing import recheck_metadata, settled
 from coordinator.protocol.leader_trigger import RebalanceCause, Trigger
-from metadata.model import BarrierState, JobModel
+from groupers import GrouperMetadata
+from metadata.model import BarrierState, JobModel, TaskModel
 
 __all__ = ["LeaderTimers"]
 
@@ -41,6 +46,8 @@ class LeaderTimers:
     retry: bool
     probing: bool
     probe_at: float | None
+    tasks: tuple[TaskModel, ...]
+    rechecking: tuple[int, GrouperMetadata] | None
 
     def _retention(self) -> RemoveOldVersions:
         raise NotImplementedError
@@ -97,3 +104,24 @@ class LeaderTimers:
         if now < self.probe_at:
             return [ScheduleWakeup(self.probe_at)]
         return self._run(RebalanceCause(Trigger.PROBING, now, 0.0))
+
+    def _recheck(self, model: JobModel, metadata: GrouperMetadata | None) -> list[Action]:
+        """Ask whether ``model`` (in force, answered to ``metadata``) is the grouper's fixed
+        point; until the answer, it is taken as settled. Unknown ``metadata``: probe once."""
+        self.probing = metadata is None
+        self.rechecking = None
+        if metadata is None or self.settings.probing_interval_s <= 0:
+            return []
+        question = recheck_metadata(metadata, list(model.containers.values()))
+        if question is None:
+            return []
+        self.rechecking = (model.version, metadata)
+        return [RunRecheck(model.version, self.tasks, question)]
+
+    def _recheck_finished(self, event: RecheckFinished) -> None:
+        in_force, asked = self.in_force, self.rechecking
+        if in_force is None or asked is None or not asked[0] == event.version == in_force.version:
+            return  # superseded meanwhile: another model in force, or another recheck asked
+        self.rechecking = None
+        final = settled(self.tasks, asked[1], in_force.containers, event.answer)
+        self.probing, self.probe_at = not final, None

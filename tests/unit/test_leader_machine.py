@@ -36,8 +36,10 @@ from coordinator.protocol.leader_events import (
     Published,
     PublishJobModel,
     RebalanceSkipped,
+    RecheckFinished,
     RemoveOldVersions,
     RunGrouper,
+    RunRecheck,
     ScheduleWakeup,
     TimePassed,
 )
@@ -133,6 +135,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.silent: set[str] = set()  # registered, never join a barrier
         self.benched: dict[str, float] = {}  # what the machine said: processor -> until
         self.recheck_of: dict[int, str] = {}  # version -> how its recheck answered
+        self.recheck_plan: dict[int, str] = {}  # version -> how its recheck will answer
+        self.recheck_next = "same"  # how the recheck of the answer being fed will answer
         self.settle_point = 0.0  # the last DONE, grouper answer or gain: probes wait from it
 
     # ---------------------------------------------------------------- the adapter's part
@@ -153,7 +157,6 @@ class CoordinatorMachine(RuleBasedStateMachine):
             if isinstance(action, RunGrouper):
                 assert self.core.leader
                 assert self.outstanding is None or self.outstanding.request != action.request
-                assert action.recheck  # probing is on: every run asks for its recheck
                 if action.trigger == Trigger.PROBING:
                     # Only an IDLE leader with a model in force that is not settled probes, an
                     # interval after it last learnt anything.
@@ -184,10 +187,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert (action.gaining is None) == (before is None)
                 self.store.models.append(action.model)
                 self.store.barrier[action.model.version] = BarrierState.NEW
+                self.recheck_plan[action.model.version] = self.recheck_next
                 self.published_this_step.append(action)
                 self.now += self.publish_s  # the publish takes its time
                 self.deadline_from[action.model.version] = self.now
                 follow.append(Published(self.now, action.model.version))
+            elif isinstance(action, RunRecheck):
+                follow.append(self.answer_recheck(action))
             elif isinstance(action, MarkBarrier):
                 assert self.core.leader
                 assert self.store.barrier.get(action.version) == BarrierState.NEW
@@ -212,6 +218,24 @@ class CoordinatorMachine(RuleBasedStateMachine):
             else:
                 assert isinstance(action, ScheduleWakeup | RebalanceSkipped | object)
         return follow
+
+    def answer_recheck(self, action: RunRecheck) -> RecheckFinished:
+        """The grouper's answer to a recheck, as planned when the model's answer came: the
+        same containers, another answer, or none (it failed). Asked only of the model in force
+        (once its barrier is DONE, or for an answer equal to it), never while a publish waits."""
+        in_force = self.core.in_force
+        assert self.core.leader and in_force is not None and action.version == in_force.version
+        assert self.store.barrier.get(in_force.version) == BarrierState.DONE
+        plan = self.recheck_plan.get(action.version, self.recheck_next)
+        containers = set(in_force.containers.values())
+        answer: object = None
+        if plan == "other":
+            answer = other_answer(containers)
+            plan = "other" if answer is not None else "same"  # one processor: no other answer
+        if plan == "same":
+            answer = containers
+        self.recheck_of[action.version] = plan
+        return RecheckFinished(self.now, action.version, answer)
 
     def check_probing(self) -> None:
         """The model in force probes exactly when its recheck said it is not final."""
@@ -368,19 +392,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
             containers = "nonsense"
         eligible = {p: loc for p, loc in self.live.items() if p not in self.benched}
         stale = dict(request.metadata.processor_locality) != eligible
-        again = other_answer(containers) if recheck == "other" else None
-        if recheck == "other" and again is None:
-            recheck = "same"  # one processor: no other answer
-        if recheck == "same":
-            again = containers
         unchanged = self.core.in_force
         self.settle_point = self.now
-        self.feed(GrouperFinished(self.now, request.request, containers, error, again))
-        for published in self.published_this_step:
-            self.recheck_of[published.model.version] = recheck
+        self.recheck_next = recheck  # how the recheck of this answer will answer
+        self.feed(GrouperFinished(self.now, request.request, containers, error))
         if kind == "good" and not stale and not self.published_this_step and unchanged:
-            self.recheck_of[unchanged.version] = recheck  # the recheck of the model in force
-            self.check_probing()
+            self.check_probing()  # the recheck of the model in force, answered at once
         self.answering = None
         if stale:
             assert not self.published_this_step  # a stale answer is discarded, never published

@@ -12,7 +12,9 @@ from coordinator.protocol.leader_events import (
     Published,
     PublishJobModel,
     RebalanceSkipped,
+    RecheckFinished,
     RunGrouper,
+    RunRecheck,
     ScheduleWakeup,
     TimePassed,
 )
@@ -77,12 +79,17 @@ def test_without_warm_ups_or_limits_a_scale_out_is_settled_at_once() -> None:
 def _answer(core: LeaderMachine, now: float, answer: object, recheck: object) -> list[object]:
     request = core.running
     assert request is not None
-    actions: list[object] = list(core.handle(GrouperFinished(now, request, answer, None, recheck)))
+    actions: list[object] = list(core.handle(GrouperFinished(now, request, answer, None)))
     for action in actions:
         if isinstance(action, PublishJobModel):
             actions += core.handle(Published(now, action.model.version))
             everyone = frozenset(action.model.containers)
             actions += core.handle(BarrierUpdated(now, action.model.version, everyone))
+        elif isinstance(action, RunRecheck):
+            # Asked of the model in force only: after its barrier is DONE, never before.
+            assert core.in_force is not None and action.version == core.in_force.version
+            assert core.pending is None
+            actions += core.handle(RecheckFinished(now, action.version, recheck))
     return actions
 
 
@@ -100,16 +107,18 @@ def test_the_leader_probes_every_interval_until_the_answer_is_final() -> None:
     core = LeaderMachine(TASKS, CoordinatorSettings(debounce_s=0.0, probing_interval_s=5.0))
     gained = core.handle(LeadershipGained(0.0, THREE, {}))
     request = next(a for a in gained if isinstance(a, RunGrouper))
-    assert request.recheck and request.trigger == Trigger.FIRST_MODEL
+    assert request.trigger == Trigger.FIRST_MODEL
     names = [t.name for t in TASKS]
     step = _containers({n: ("a" if i < 3 else "b") for i, n in enumerate(names)})  # c waits
     final = _containers({n: "abc"[i // 2] for i, n in enumerate(names)})
-    actions = _answer(core, 1.0, step, final)  # published, DONE; not final
+    actions = _answer(core, 1.0, step, final)  # published, DONE, rechecked: not final
+    kinds = [type(a).__name__ for a in actions]
+    assert kinds.index("MarkBarrier") < kinds.index("RunRecheck")  # the recheck waits for DONE
     assert core.in_force is not None and core.in_force.version == 1 and core.probing
     assert ScheduleWakeup(6.0) in actions
     assert not any(isinstance(a, RunGrouper) for a in core.handle(TimePassed(5.9)))
     probe = next(a for a in core.handle(TimePassed(6.0)) if isinstance(a, RunGrouper))
-    assert probe.trigger == Trigger.PROBING and probe.recheck
+    assert probe.trigger == Trigger.PROBING
     # The copies have not caught up: the grouper says the same. No new version; probe again.
     actions = _answer(core, 6.5, step, final)
     assert any(isinstance(a, RebalanceSkipped) for a in actions)
@@ -127,8 +136,8 @@ def test_the_leader_probes_every_interval_until_the_answer_is_final() -> None:
 
 def test_probing_is_off_without_an_interval() -> None:
     core = LeaderMachine(TASKS, CoordinatorSettings(debounce_s=0.0))
-    gained = core.handle(LeadershipGained(0.0, THREE, {}))
-    assert not next(a for a in gained if isinstance(a, RunGrouper)).recheck
+    core.handle(LeadershipGained(0.0, THREE, {}))
     names = [t.name for t in TASKS]
-    _answer(core, 1.0, _containers({n: "abc"[i // 2] for i, n in enumerate(names)}), None)
+    actions = _answer(core, 1.0, _containers({n: "abc"[i // 2] for i, n in enumerate(names)}), None)
+    assert not any(isinstance(a, RunRecheck) for a in actions)  # no second grouper run
     assert core.handle(TimePassed(1000.0)) == []
