@@ -88,6 +88,12 @@ class CoordinatorMetrics:
             "affinity_job_model_version", "Version of the job model in force", registry=r
         )
         self.rebalances = Counter("affinity_rebalances", "Job models published", registry=r)
+        self.probing = Gauge(
+            "affinity_probing",
+            "1 while the model in force is not the grouper's final answer (warm-ups catching up, "
+            "moves held back): probing rebalances run",
+            registry=r,
+        )
         self.rebalances_skipped = Counter(
             "affinity_rebalances_skipped",
             "Rebalances that published nothing",

@@ -321,6 +321,7 @@ class CoordinatorService:
             if wakeup is not None and self.clock() >= wakeup:
                 wakeup = None
             next_wakeup = self._execute(core, core.handle(item), log)
+            self.metrics.probing.set(1 if core.leader and core.probing else 0)
             if next_wakeup is not None:
                 wakeup = next_wakeup if wakeup is None else min(wakeup, next_wakeup)
 

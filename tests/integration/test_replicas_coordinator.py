@@ -8,10 +8,11 @@ import itertools
 import json
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Mapping
 
 import pytest
-from jobharness import AFFINITY, JobHarness
+from jobharness import AFFINITY, JobHarness, Proc
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
@@ -78,6 +79,23 @@ def moved(before: JobModel, after: JobModel) -> set[str]:
     return {t for t, p in after.task_to_processor().items() if owner.get(t) != p}
 
 
+def coordinator_port(proc: Proc) -> int:
+    """The coordinator's HTTP port (``http_port: 0``), from its ``coordinator.started`` line."""
+    for line in proc.log.read_text().splitlines():
+        if line.startswith("{") and '"coordinator.started"' in line:
+            return int(json.loads(line)["http_port"])
+    raise AssertionError(f"no coordinator.started line in {proc.log}")
+
+
+def probing(port: int) -> float:
+    """The leader's ``affinity_probing`` gauge."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("affinity_probing "):
+                return float(line.split()[1])
+    raise AssertionError("no affinity_probing in /metrics")
+
+
 def test_a_warm_up_completes_through_probing_rebalances(job_factory: type[JobHarness]) -> None:
     job = job_factory(
         partitions=6,
@@ -100,6 +118,8 @@ def test_a_warm_up_completes_through_probing_rebalances(job_factory: type[JobHar
     assert moved(first, warming) == set()
     assert job.store.standby_lag.read(["c"]) == {"c": dict.fromkeys(standbys(job, "c"), 1)}
     warm = set(warming.containers["c"].standby_tasks)
+    port = coordinator_port(job.coordinators["coordinator-0"])
+    assert probing(port) == 1.0  # the leader knows the warm-up is pending
 
     # Caught up (lag 0 after 3 s): a probing rebalance moves exactly those tasks to c.
     job.wait_for(lambda: len(job.running("c")) == 2, 30, "the warmed-up tasks to move to c")
@@ -112,6 +132,7 @@ def test_a_warm_up_completes_through_probing_rebalances(job_factory: type[JobHar
     assert history[final.version] == "probing"
     # Probes whose answer equalled the model in force published nothing in between.
     assert final.version == warming.version + 1
+    job.wait_for(lambda: probing(port) == 0.0, 10, "the final model's recheck to stop probing")
     job.assert_no_task_ran_twice_at_once()
     events = [e for e in job.events() if e["processor"] == "c"]
     assert [e["event"] for e in events][:1] == ["standby_start"]
