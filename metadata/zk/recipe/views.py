@@ -4,11 +4,13 @@ A container view (:mod:`metadata.zk.viewcodec`) holds a few processors' containe
 node or, when a container is bigger than a node, in several chunk nodes read together, so that a
 processor need not read the whole model. It is a copy: when one of its nodes is missing or
 corrupt while the model itself is intact, the reader falls back to the whole model and reports
-that node (``zk.container_view_corrupt``), so a processor still gets its tasks.
+that node (``zk.container_view_corrupt``), so a processor still gets its tasks. Each read is
+logged (``zk.container_read``: from ``view`` or ``whole``, the nodes read and the seconds).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from metadata.errors import CorruptDataError
@@ -30,6 +32,7 @@ def read_container(
     """``processor_id``'s container in the job model at ``path`` described by ``manifest`` (None:
     the model has none): from its view, else (no views, or a bad view) from ``read_whole()``."""
     version = manifest.version
+    started = time.monotonic()
     refs = manifest.view_of(processor_id)
     if refs:
         paths = [f"{path}/{ref.name}" for ref in refs]
@@ -41,7 +44,7 @@ def read_container(
             entry = found.get(part_path)
             parts.append((ref, None if entry is None else entry[0], part_path))
         try:
-            return decode_view(parts, processor_id, version=version)
+            container = decode_view(parts, processor_id, version=version)
         except CorruptDataError as exc:
             ops.log.error(
                 "zk.container_view_corrupt",
@@ -51,4 +54,27 @@ def read_container(
                 problem=exc.problem,
                 fallback="the whole model",
             )
-    return read_whole().containers.get(processor_id)
+        else:
+            _log_read(ops, version, container, "view", len(refs), started)
+            return container
+    container = read_whole().containers.get(processor_id)
+    _log_read(ops, version, container, "whole", len(manifest.chunks), started)
+    return container
+
+
+def _log_read(
+    ops: ZkOps,
+    version: int,
+    container: ContainerModel | None,
+    source: str,
+    nodes: int,
+    started: float,
+) -> None:
+    ops.log.info(
+        "zk.container_read",
+        version=version,
+        source=source,
+        nodes=nodes,
+        tasks=0 if container is None else len(container.tasks),
+        seconds=round(time.monotonic() - started, 3),
+    )
