@@ -270,18 +270,20 @@ def markdown(result: Result, grouper_timeout_ms: int | None) -> str:
     ]
     reads = ["processor", "version", "tasks", "read from", "nodes", "read time"]
     today = datetime.datetime.now(datetime.UTC).strftime("%d %B %Y")
+    grouper_s = (grouper_timeout_ms or 30_000) / 1000
+    default = " (the default)" if grouper_timeout_ms is None else " (the default is 30 s)"
     return f"""## A job of 1,000,000 partitions (`benchmarks/million_partitions.py`)
 
 A private ZooKeeper, one `affinity coordinator run` and three `affinity processor run` processes
-(three locations), default coordinator and grouper settings (barrier timeout 30 s, grouper
-timeout 30 s, debounce 2 s), 10 s sessions; time from the processes' start to the first DONE
+(three locations), default coordinator settings (barrier timeout 30 s, debounce 2 s), grouper
+timeout {grouper_s:.0f} s{default}, 10 s sessions; time from the processes' start to the first DONE
 barrier and to every task running. {today}, the shared 2-core machine.
 
 {table(headers, [row])}
 
 Each processor's read of its own container (its `zk.container_read` log; "view": its container
 view, "whole": the whole model; nodes: the nodes read after the manifest). A container bigger
-than a node (a third of 1,000,000 tasks is about 5 MB compressed) has a view spanning several
+than a node (a third of 1,000,000 tasks: 3 nodes of up to 900 KB) has a view spanning several
 chunk nodes (`view_spans` in the manifest): the processor reads those alone.
 
 {table(reads, read_rows(result))}
