@@ -26,7 +26,14 @@ import pytest
 
 from coordinator.demo.ensemble import ZooKeeperEnsemble
 from coordinator.member.processor import ProcessorClient
-from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
+from metadata.model import (
+    BarrierState,
+    ContainerModel,
+    FrozenMap,
+    JobModel,
+    SystemStreamPartition,
+    TaskModel,
+)
 from metadata.zk import Manifest, ZkMetadataStore, connect
 from metadata.zk.errors import StoreUnavailable
 
@@ -162,7 +169,7 @@ def test_a_processor_on_a_lagging_follower_starts_the_new_version(
         wait_for(
             lambda: leader.barriers.participants(2) == {"p1", "p2"}, timeout_s=HEAL_AFTER_S + 10
         )
-        leader.barriers.set_state(2, "DONE", epoch=epoch)
+        leader.barriers.set_state(2, BarrierState.DONE, epoch=epoch)
         wait_for(lambda: 2 in processor.started)
         assert processor.started == {2: {"Partition 0", "Partition 1"}}
         assert processor.steps == [("read", 2), ("join", 2), ("start", 2)]
