@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.zk, pytest.mark.slow]
 LAGGING = 2
 #: The follower catches up this long after version 2 is published: after the processor's resync
 #: (RESYNC_DELAY_S, 1 s) has read the latest version.
-HEAL_AFTER_S = 3.0
+HEAL_AFTER_S = 4.0
 
 
 def task(i: int) -> TaskModel:
