@@ -182,7 +182,7 @@ def bench_job_model(server: ZooKeeperServer, tasks: int, repeat: int) -> JobMode
             json_bytes=manifest["raw_size"],
             stored_bytes=sum(sizes),
             chunks=len(manifest["chunks"]),
-            views=len(manifest.get("views", [])),
+            views=len(manifest.get("views") or manifest.get("view_spans") or []),
             largest_node=max(sizes),
             publish_s=publish_s,
             publish_cpu_s=statistics.median(cpu),

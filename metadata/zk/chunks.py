@@ -15,9 +15,13 @@ Manifest (the data of ``jobModels/<version>``), format 1::
 
 ``views`` (optional; absent = none) are *container views*: the containers of the model spread over
 ``len(views)`` small nodes by :func:`view_index` of the processor id, each node a compressed job
-model holding only its containers (:func:`container_views`, about ``VIEW_TARGET_BYTES`` each). A
-processor reads the one view node that holds its own container instead of the whole model (see
-:mod:`metadata.zk.recipe.jobmodels`). Readers that do not know views ignore the field.
+model holding only its containers (:mod:`metadata.zk.viewcodec`). A processor reads the one view
+node that holds its own container instead of the whole model (see
+:mod:`metadata.zk.recipe.views`). Readers that do not know views ignore the field.
+``view_spans`` (optional, instead of ``views``) is the same when a view does not fit in one node:
+view i is the compressed stream cut into the chunks ``view_spans[i]`` (in order), e.g.
+``"view_spans": [[{"name": "e3-00016", ...}, {"name": "e3-00017", ...}], [...]]``. A reader
+that knows neither field reads the whole model.
 
 ``base`` and ``losing`` (optional, together): the version the model was planned against (the one in
 force) and the processors that lose a task against it (or are not in the model). A processor
@@ -35,32 +39,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import zlib
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from metadata.columns import ModelColumns
 from metadata.errors import CorruptDataError, JobModelFormatError
-from metadata.model import ContainerModel
-from metadata.serde import JobModelDocument, load_container, load_job_model_document
+from metadata.serde import JobModelDocument, load_job_model_document
 
 __all__ = [
     "MANIFEST_FORMAT",
-    "VIEW_TARGET_BYTES",
     "ChunkRef",
     "Manifest",
     "check_chunk",
     "chunk_epoch",
     "compress_view",
-    "container_views",
     "decode_document",
-    "decode_view",
     "decompress_view",
     "join_blob",
     "split_blob",
@@ -70,9 +67,6 @@ __all__ = [
 MANIFEST_FORMAT = 1
 ENCODING = "zlib"
 _CHUNK_NAME = re.compile(r"^e(\d+)-(\d{5,})$")
-#: About how many compressed bytes one container view holds (the number of views is the whole
-#: model's compressed size over this, at most one per container).
-VIEW_TARGET_BYTES = 2 * 1024
 
 
 def chunk_name(epoch: int, index: int) -> str:
@@ -114,6 +108,7 @@ class Manifest:
     encoding: str = ENCODING
     format: int = MANIFEST_FORMAT
     views: tuple[ChunkRef, ...] = ()
+    view_spans: tuple[tuple[ChunkRef, ...], ...] = ()
     base: int | None = None
     losing: tuple[str, ...] = ()
     gaining: tuple[str, ...] | None = None  # None: not said
@@ -127,12 +122,12 @@ class Manifest:
             "raw_size": self.raw_size,
             "size": self.size,
             "sha256": self.sha256,
-            "chunks": [{"name": c.name, "size": c.size, "crc32": c.crc32} for c in self.chunks],
+            "chunks": _ref_list(self.chunks),
         }
         if self.views:
-            document["views"] = [
-                {"name": c.name, "size": c.size, "crc32": c.crc32} for c in self.views
-            ]
+            document["views"] = _ref_list(self.views)
+        if self.view_spans:
+            document["view_spans"] = [_ref_list(span) for span in self.view_spans]
         if self.base is not None:
             document["base"] = self.base
             document["losing"] = list(self.losing)
@@ -163,6 +158,7 @@ class Manifest:
             if "views" in document
             else ()
         )
+        spans = _view_spans(document, path) if "view_spans" in document else ()
         base: int | None = None
         losing: tuple[str, ...] = ()
         gaining: tuple[str, ...] | None = None
@@ -180,10 +176,33 @@ class Manifest:
             encoding=encoding,
             format=fmt,
             views=views,
+            view_spans=spans,
             base=base,
             losing=losing,
             gaining=gaining,
         )
+
+    def view_of(self, processor_id: str) -> tuple[ChunkRef, ...]:
+        """The chunks of the container view holding ``processor_id``'s container, in order
+        (one for a one-node view; none if the model has no views)."""
+        if self.view_spans:
+            return self.view_spans[view_index(processor_id, len(self.view_spans))]
+        if self.views:
+            return (self.views[view_index(processor_id, len(self.views))],)
+        return ()
+
+
+def _ref_list(refs: tuple[ChunkRef, ...]) -> list[dict[str, Any]]:
+    return [{"name": c.name, "size": c.size, "crc32": c.crc32} for c in refs]
+
+
+def _view_spans(document: Mapping[str, Any], path: str) -> tuple[tuple[ChunkRef, ...], ...]:
+    spans = []
+    for i, raw in enumerate(_field(document, "view_spans", list, path)):
+        if not isinstance(raw, list) or not raw:
+            raise CorruptDataError(path, f"view_spans[{i}] should be a non-empty list of chunks")
+        spans.append(_chunk_refs(raw, path, f"view_spans[{i}]"))
+    return tuple(spans)
 
 
 def _chunk_refs(raw_refs: list[Any], path: str, field: str) -> tuple[ChunkRef, ...]:
@@ -232,33 +251,6 @@ def compress_view(raw: bytes, *, epoch: int, index: int, level: int = 6) -> tupl
     data = zlib.compress(raw, level)
     name = chunk_name(epoch, index)
     return ChunkRef(name, len(data), zlib.crc32(data)), data
-
-
-def container_views(
-    columns: ModelColumns, *, epoch: int, first_index: int, size: int, chunk_size: int
-) -> list[tuple[ChunkRef, bytes]]:
-    """The container views of a job model (none if it has no containers): ``columns`` is its
-    format-2 encoding (each view is the format-2 document of some of its containers), ``size``
-    its compressed size; the views are named from chunk ``first_index`` on. Views are
-    compressed faster (level 1, larger) and spread by a hash (uneven): they aim well below
-    ``chunk_size``."""
-    pids = list(columns.blocks)
-    if not pids:
-        return []
-    target = min(VIEW_TARGET_BYTES, max(1, chunk_size // 4))
-    count = min(len(pids), max(1, math.ceil(size / target)))
-    groups: dict[int, list[str]] = defaultdict(list)
-    for pid in pids:
-        groups[view_index(pid, count)].append(pid)
-    return [
-        compress_view(
-            orjson.dumps(columns.document(groups.get(index, []))),
-            epoch=epoch,
-            index=first_index + index,
-            level=1,
-        )
-        for index in range(count)
-    ]
 
 
 def check_chunk(ref: ChunkRef, data: bytes | None, *, path: str, what: str) -> bytes:
@@ -347,18 +339,3 @@ def decode_document(
     if document.model.version != manifest.version:
         raise CorruptDataError(path, f"holds job model version {document.model.version}")
     return document
-
-
-def decode_view(
-    ref: ChunkRef, data: bytes | None, processor_id: str, *, path: str, version: int
-) -> ContainerModel | None:
-    """``processor_id``'s container in the container view ``data`` (at ``path``) of job model
-    ``version`` (None: the model has none), checked against ``ref``."""
-    raw = decompress_view(ref, data, path=path)
-    try:
-        held, container = load_container(raw, processor_id)
-    except JobModelFormatError as exc:
-        raise CorruptDataError(path, f"container view: {exc}") from None
-    if held != version:
-        raise CorruptDataError(path, f"holds job model version {held}")
-    return container

@@ -38,6 +38,7 @@ def test_a_100k_partition_job_reaches_done_with_the_default_barrier_timeout() ->
             "100000",
             "--timeout-s",
             "240",
+            "--no-write",  # docs/benchmarks.md holds the 1,000,000-partition run
         ],
         capture_output=True,
         text=True,

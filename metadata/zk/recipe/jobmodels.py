@@ -8,20 +8,20 @@ Publishing version v (a leader write, every step fenced by the leader epoch):
 3. the job-model JSON (format 2: columns, :mod:`metadata.columns`; readers accept format 1
    too) is compressed and split into chunks of at most ``chunk_size``
    bytes, each created as ``jobModels/<v>/e<epoch>-<i>`` in its own fenced transaction; then the
-   *container views* (:func:`~metadata.zk.chunks.container_views`: a processor reads its own
-   tasks from one node of a few KB instead of the whole model), in as few fenced transactions as
-   fit;
+   *container views* (:func:`~metadata.zk.viewcodec.container_views`: a processor reads its
+   own tasks from one node of a few KB, or the few chunks of its own container when that is
+   bigger than a node, instead of the whole model), in as few fenced transactions as fit;
 4. ONE fenced transaction commits it: check the epoch, check every chunk and view, set the
    manifest into ``jobModels/<v>`` (the commit marker), set ``jobModelVersion`` to v (conditional
    on the version read in step 1), create barrier v (state NEW, expecting the participants).
 
 Readers follow ``jobModelVersion`` only and read the manifest before the chunks, so they never see
 a half-written model: until step 4 commits, nothing points at the new chunks.
-:meth:`JobModelStore.read_container` reads the manifest and one view (or, for a model published
-without views, the whole model). After a commit, versions and barriers older than the newest
-``retention`` versions are removed (fenced, best effort: a failure there is logged and retried
-after the next publish); :meth:`JobModelStore.remove_below` is that deletion as a primitive.
-The chunks and views are written by :class:`~metadata.zk.fenced.PartWriter`.
+:meth:`JobModelStore.read_container` reads the manifest and one view, one node or a few chunks
+(or, for a model published without views, the whole model). After a commit, versions and barriers
+older than the newest ``retention`` versions are removed (fenced, best effort: a failure there is
+logged and retried after the next publish); :meth:`JobModelStore.remove_below` is that deletion
+as a primitive. The chunks and views are written by :class:`~metadata.zk.fenced.PartWriter`.
 """
 
 from __future__ import annotations
@@ -37,13 +37,7 @@ from metadata.columns import ModelColumns
 from metadata.errors import CorruptDataError
 from metadata.model import ContainerModel, JobModel
 from metadata.serde import JobModelDocument
-from metadata.zk.chunks import (
-    ChunkRef,
-    Manifest,
-    container_views,
-    decode_document,
-    split_blob,
-)
+from metadata.zk.chunks import ChunkRef, Manifest, decode_document, split_blob
 from metadata.zk.errors import FencedOut, NotFound, TransactionRejected, WriteConflict, ZkStoreError
 from metadata.zk.fenced import Fence, PartWriter
 from metadata.zk.layout import JobLayout, parse_int_name
@@ -51,6 +45,7 @@ from metadata.zk.ops import Op, ZkOps
 from metadata.zk.recipe.barriers import Barriers
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk.recipe.views import read_container
+from metadata.zk.viewcodec import container_views, with_views
 from metadata.zk.watch import Watch
 
 __all__ = ["LOSING_LIMIT", "JobModelStore"]
@@ -61,7 +56,7 @@ LOSING_LIMIT = 2000
 
 @dataclass(frozen=True, slots=True)
 class _Encoded:
-    """A job model ready to store: its JSON, manifest, chunks and container views."""
+    """A job model ready to store: its JSON, manifest, chunks and container views' chunks."""
 
     raw: bytes
     manifest: Manifest
@@ -247,12 +242,7 @@ class JobModelStore:
             size=manifest.size,
             chunk_size=self._chunk_size,
         )
-        too_big = next((len(data) for _, data in views if len(data) > self._chunk_size), None)
-        if too_big is not None:  # readers then read the whole model
-            self._ops.log.warning("zk.views_skipped", version=model.version, view_bytes=too_big)
-            views = []
-        if views:
-            manifest = replace(manifest, views=tuple(ref for ref, _ in views))
+        manifest = with_views(manifest, views)
         if base is not None and base < model.version and len(losing) <= LOSING_LIMIT:
             said = gaining is not None and len(gaining) <= LOSING_LIMIT
             manifest = replace(
@@ -261,7 +251,7 @@ class JobModelStore:
                 losing=tuple(sorted(losing)),
                 gaining=tuple(sorted(gaining)) if said and gaining is not None else None,
             )
-        return _Encoded(raw, manifest, chunks, views)
+        return _Encoded(raw, manifest, chunks, [part for view in views for part in view])
 
     def _commit(
         self, version: int, manifest: Manifest, fence: Fence, ops: Sequence[Op], what: str
@@ -338,7 +328,8 @@ class JobModelStore:
         self, version: int, processor_id: str, *, manifest: Manifest | None = None
     ) -> ContainerModel | None:
         """``processor_id``'s container in job model ``version`` (None: the model has none), read
-        from its container view: the manifest (unless given) and one small node. A model
+        from its container view: the manifest (unless given) and one small node (or the chunks
+        of a view bigger than a node). A model
         published without views, or whose view is missing or corrupt (logged with its node:
         :mod:`~metadata.zk.recipe.views`), is read whole. NotFound if the version is not
         committed; CorruptDataError if the whole model is unreadable too."""
