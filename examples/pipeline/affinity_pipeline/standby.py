@@ -39,11 +39,15 @@ from metadata.zk import ZkMetadataStore
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
+    from affinity_pipeline.job import StatefulPipeline
+    from coordinator.member.executors import ExecutorRegistrar
+
 __all__ = [
     "StandbyInput",
     "StandbyOutcome",
     "StandbyStage",
     "apply_standby",
+    "keep_standbys",
     "report_lags",
     "run_standby_stage",
 ]
@@ -202,3 +206,28 @@ def report_lags(
         if stale:
             written += store.standby_lag.remove(pid, stale)
     return written
+
+
+def keep_standbys(
+    pipeline: StatefulPipeline,
+    store: ZkMetadataStore,
+    copies: Mapping[str, Sequence[str]],
+    registrar: ExecutorRegistrar,
+    batch: int,
+) -> StandbyStage:
+    """After ``pipeline``'s batch ``batch``: bring the ``copies`` (processor id -> tasks, of the
+    job model in force) up to it on the executors ``registrar`` registered, then report their
+    lags to ``store``."""
+    registrations = registrar.registrations
+    stage = run_standby_stage(
+        pipeline.sc,
+        pipeline.config,
+        batch,
+        copies,
+        {pid: r.executor.executor_id for pid, r in registrations.items()},
+        locality_wait=pipeline.locality_wait,
+        location_env=pipeline.location_env,
+        name=pipeline.name,
+    )
+    report_lags(store, stage, copies, {pid: r.location_id for pid, r in registrations.items()})
+    return stage
