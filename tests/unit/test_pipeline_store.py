@@ -6,11 +6,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from affinity_pipeline.events import apply_events
-from affinity_pipeline.standby import bring_up_to
+from affinity_pipeline.standby import StandbyOutcome, StandbyStage, bring_up_to, report_lags
 from affinity_pipeline.store import TaskStore, apply_delta, make_delta
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from metadata.zk import ZkMetadataStore
 
 State = dict[str, list[int]]
 
@@ -93,3 +96,33 @@ def test_a_delta_is_smaller_than_the_checkpoint_when_a_batch_touches_few_keys(
     delta, delta_size = active.read_delta(1) or (None, 0)
     assert delta is not None and delta.changed == {"key-0007": [8, 20]}
     assert delta_size * 50 < size
+
+
+def _outcome(task: str, batch: int, location: str) -> StandbyOutcome:
+    return StandbyOutcome(task, batch, "delta", 10, 0, location, "1", 0.01)
+
+
+@pytest.mark.zk
+def test_lags_are_reported_per_processor_and_stale_entries_removed(
+    zk_store: ZkMetadataStore,
+) -> None:
+    """Each copy's lag goes under its processor; a copy that ran elsewhere is not reported; the
+    entries of copies the model dropped and of processors that are gone are removed."""
+    live = {"p-1": "127.0.0.2", "p-2": "127.0.0.3"}
+    zk_store.standby_lag.write("p-gone", {"Partition 0": 0})
+    zk_store.standby_lag.write("p-1", {"Partition 9": 0})  # a copy p-1 no longer holds
+    stage = StandbyStage(
+        5,
+        {
+            ("Partition 0", "p-1"): _outcome("Partition 0", 5, "127.0.0.2"),
+            ("Partition 1", "p-2"): _outcome("Partition 1", 4, "127.0.0.3"),
+            ("Partition 2", "p-2"): _outcome("Partition 2", 5, "127.0.0.2"),  # ran elsewhere
+        },
+        0.1,
+        3,
+        3,
+    )
+    copies = {"p-1": ["Partition 0"], "p-2": ["Partition 1", "Partition 2"]}
+    assert report_lags(zk_store, stage, copies, live) > 0
+    assert zk_store.standby_lag.read() == {"p-1": {"Partition 0": 0}, "p-2": {"Partition 1": 1}}
+    assert report_lags(zk_store, stage, copies, live) == 0  # nothing changed: no writes
