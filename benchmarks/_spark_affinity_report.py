@@ -301,9 +301,8 @@ def report(experiment: Any, figures: dict[str, Any], output_ok: bool, seconds: f
         "returning or new worker (its state is stale or absent). With a standby the first fail "
         "over to their caught-up copy, and warm-up holds the second back until the target's "
         "copy reports lag 0. A lost task fails over to its copy only into the room balance "
-        "leaves its copy's processor (the grouper's rule: balance first); when the lost "
-        "processor's standbys are not split evenly over the survivors, the tasks beyond that "
-        "room run cold once.",
+        "leaves its copy's processor (the grouper's rule: balance first); each processor's "
+        "copies are split evenly over the others, so they all find room.",
     ]
     lines += _standby_lines(figures, phases)
     return "\n".join(lines)
