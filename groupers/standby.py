@@ -28,6 +28,10 @@ that are too close to the task's copies (few, as equal loads alternate zones), a
 for the best spread: about O(T * N * log P) in all. With one replica the tasks sharing an active
 processor are placed as a group (:meth:`_Placer.place_group`): the best spread and each
 processor's spread from that active are computed once per group, not per task.
+The groups are placed in the interleaved order of their active processors (the heap's own
+tie-break): then each processor's copies alternate evenly over the others, whatever the order of
+processor ids against locations, and a lost processor's tasks find room at their copies (the
+failover keeps balance first).
 """
 
 from __future__ import annotations
@@ -54,11 +58,14 @@ def place_standbys(
     chosen: dict[str, list[str]] = {name: [pid] for name, pid in owner.items()}
     state = metadata.task_state
     placer.copies = chosen
-    groups = [sorted(active[pid]) for pid in sorted(active)]  # tasks sharing an active
+    # Tasks sharing an active, the groups in the heap's tie-break order (the interleaved order),
+    # so that each processor's copies alternate evenly over the others.
+    group_order = sorted(active, key=placer.rank.__getitem__)
+    groups = [sorted(active[pid]) for pid in group_order]
     if state:  # pass 1: stickiness
         placer.keep_held([name for group in groups for name in group], state, chosen, copies)
     standbys: dict[str, list[str]] = {pid: [] for pid in active}
-    for pid, group in zip(sorted(active), groups, strict=True):  # pass 2: the rest, by group
+    for pid, group in zip(group_order, groups, strict=True):  # pass 2: the rest, by group
         if copies == 1:
             placer.place_group(pid, group, chosen)
         for name in group:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import replace
 
@@ -220,6 +221,31 @@ def test_lost_tasks_go_to_their_caught_up_copies() -> None:
     assert [answer[name] for name in lost] == ["p-2", "p-0", "p-1"]
     strict = owners(PLAIN.group(tasks, metadata))  # lag bound 0: Partition 11 has no copy
     assert (strict["Partition 3"], strict["Partition 7"]) == ("p-2", "p-0")
+
+
+@pytest.mark.parametrize("num_tasks", [12, 24])
+@pytest.mark.parametrize("hosts", list(itertools.permutations(["h2", "h3", "h4"])))
+def test_each_processors_copies_split_evenly_so_a_loss_fails_over_warm(
+    num_tasks: int, hosts: tuple[str, ...]
+) -> None:
+    """Whatever the order of processor ids against locations, one processor's standbys are
+    split evenly over the others, so every task of a lost processor finds room at its copy."""
+    tasks = [task(n) for n in range(num_tasks)]
+    live = {f"exec-{i}": host for i, host in enumerate(hosts)}
+    grouper = get_grouper("host-affinity", standby_replicas=1)
+    first = grouper.group(tasks, GrouperMetadata(live, {}, {}))
+    active = owners(first)
+    copy_of = {name: c.processor_id for c in first for name in c.standby_tasks}
+    for lost in live:
+        split = Counter(copy_of[name] for name, pid in active.items() if pid == lost)
+        assert max(split.values()) - min(split.values()) <= 1, (lost, split)
+        survivors = {pid: loc for pid, loc in live.items() if pid != lost}
+        state = {name: {copy_of[name]: 0} for name in active if copy_of[name] != lost}
+        kept = {name: pid for name, pid in active.items() if pid != lost}
+        metadata = GrouperMetadata(survivors, {}, kept, task_state=state)
+        after = owners(grouper.group(tasks, metadata))
+        orphans = [name for name, pid in active.items() if pid == lost]
+        assert [n for n in orphans if after[n] != copy_of[n]] == [], lost
 
 
 @st.composite

@@ -3,6 +3,8 @@
 - :mod:`affinity_pipeline.events`: the deterministic input, the key -> task split, and the
   single-process reference computation;
 - :mod:`affinity_pipeline.store`: a task's local store and checkpoints (warm / cold);
+- :mod:`affinity_pipeline.standby`: standby copies kept warm on their hosts from each batch's
+  checkpoint delta, and their lags reported to ZooKeeper;
 - :mod:`affinity_pipeline.job`: :class:`StatefulPipeline` (driver) and :func:`process_task`
   (executor);
 - :mod:`affinity_pipeline.cluster`: a standalone Spark cluster with workers on loopback

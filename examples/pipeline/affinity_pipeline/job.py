@@ -89,10 +89,11 @@ def process_task(task: str, payload: TaskInput) -> TaskOutcome:
     )
     loaded = store.load(payload.batch - 1)
     state = loaded.state
+    before = {key: list(value) for key, value in state.items()}
     outputs = apply_events(state, payload.events)
     if config.task_delay_s > 0:
         time.sleep(config.task_delay_s)
-    size = store.save(payload.batch, state)
+    size = store.save(payload.batch, state, before)
     return TaskOutcome(
         task=task,
         batch=payload.batch,

@@ -4,6 +4,7 @@ Layout (all JSON, each file replaced atomically by write-to-temp + rename)::
 
     <local_store_dir>/<location>/<task>/state.json      the local store (one per machine)
     <checkpoint_dir>/<task>/<batch:08d>.json              checkpoints of the last two batches
+    <checkpoint_dir>/<task>/<batch:08d>.delta.json        deltas of the last two batches
 
 ``<location>`` is the executor's location id (its host by default), url-quoted, so executors on
 different (loopback) hosts of one machine have separate local stores, as on separate machines:
@@ -19,6 +20,12 @@ Processing batch ``b`` starts from the state after batch ``b - 1`` (the *base*):
 Then the new state is checkpointed as batch ``b`` (before the local store is updated, so a
 local store never runs ahead of the checkpoints), and checkpoints older than ``b - 1`` are
 deleted (``b - 1`` stays: a retry of batch ``b`` needs it).
+
+Each checkpoint of batch ``b`` also writes a **delta** (:class:`Delta`): only the keys batch
+``b`` changed (and removed) against the state after ``b - 1``. Applied to a copy at ``b - 1``
+it gives exactly the state at ``b`` (:func:`apply_delta`); standby copies
+(:mod:`affinity_pipeline.standby`) are kept warm that way. Full checkpoints stay: cold restores
+and copies more than one batch behind read them.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
-__all__ = ["LoadedState", "Status", "TaskStore"]
+__all__ = ["Delta", "LoadedState", "Status", "TaskStore", "apply_delta", "make_delta"]
 
 Status = Literal["warm", "cold", "new"]
 
@@ -41,6 +48,31 @@ class LoadedState:
     state: dict[str, list[int]]
     status: Status
     bytes_restored: int
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What batch ``batch`` changed: ``changed`` keys with their new value, ``removed`` keys."""
+
+    batch: int
+    changed: dict[str, list[int]]
+    removed: tuple[str, ...] = ()
+
+
+def make_delta(batch: int, before: dict[str, list[int]], after: dict[str, list[int]]) -> Delta:
+    """The delta that turns ``before`` (the state after ``batch - 1``) into ``after``."""
+    changed = {k: list(v) for k, v in after.items() if before.get(k) != v}
+    removed = tuple(sorted(k for k in before if k not in after))
+    return Delta(batch, changed, removed)
+
+
+def apply_delta(state: dict[str, list[int]], delta: Delta) -> dict[str, list[int]]:
+    """``state`` (after ``delta.batch - 1``) with ``delta`` applied, in place; returned."""
+    for key in delta.removed:
+        state.pop(key, None)
+    for key, value in delta.changed.items():
+        state[key] = list(value)
+    return state
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -76,6 +108,9 @@ class TaskStore:
     def checkpoint_path(self, batch: int) -> Path:
         return self.checkpoint_folder / f"{batch:08d}.json"
 
+    def delta_path(self, batch: int) -> Path:
+        return self.checkpoint_folder / f"{batch:08d}.delta.json"
+
     def _local_batch_and_state(self) -> tuple[int, dict[str, list[int]]] | None:
         try:
             document = json.loads(self.local_path.read_bytes())
@@ -97,25 +132,59 @@ class TaskStore:
         local = self._local_batch_and_state()
         if local is not None and local[0] == base:
             return LoadedState(local[1], "warm", 0)
-        data = self.checkpoint_path(base).read_bytes()  # a missing checkpoint is an error
-        document = json.loads(data)
-        if document.get("task") != self.task or document.get("batch") != base:
-            raise ValueError(f"checkpoint {self.checkpoint_path(base)} is not {self.task}@{base}")
-        return LoadedState(document["state"], "cold", len(data))
+        state, size = self.read_checkpoint(base)  # a missing checkpoint is an error
+        return LoadedState(state, "cold", size)
 
-    def save(self, batch: int, state: dict[str, list[int]]) -> int:
-        """Checkpoint ``state`` as batch ``batch``, then update the local store; returns the
-        checkpoint's size in bytes."""
+    def save(
+        self, batch: int, state: dict[str, list[int]], before: dict[str, list[int]] | None = None
+    ) -> int:
+        """Checkpoint ``state`` as batch ``batch`` and, with ``before`` (the state after
+        ``batch - 1``), its delta; then update the local store; returns the checkpoint's size in
+        bytes."""
         data = _encode(self.task, batch, state)
+        if before is not None:
+            delta = make_delta(batch, before, state)
+            document = {"task": self.task, "batch": batch, "changed": delta.changed}
+            document["removed"] = list(delta.removed)
+            encoded = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+            _atomic_write(self.delta_path(batch), encoded)
         _atomic_write(self.checkpoint_path(batch), data)
         _atomic_write(self.local_path, data)
         for old in self.checkpoint_folder.glob("*.json"):
-            stem = old.stem
+            stem = old.name.split(".", 1)[0]
             if stem.isdigit() and int(stem) < batch - 1:
                 old.unlink(missing_ok=True)
         return len(data)
 
+    def read_delta(self, batch: int) -> tuple[Delta, int] | None:
+        """The delta of ``batch`` and its size in bytes, or None when there is none."""
+        try:
+            data = self.delta_path(batch).read_bytes()
+        except FileNotFoundError:
+            return None
+        document = json.loads(data)
+        if document.get("task") != self.task or document.get("batch") != batch:
+            raise ValueError(f"delta {self.delta_path(batch)} is not {self.task}@{batch}")
+        return Delta(batch, document["changed"], tuple(document["removed"])), len(data)
+
+    def read_checkpoint(self, batch: int) -> tuple[dict[str, list[int]], int]:
+        """The checkpointed state of ``batch`` and its size in bytes (missing: an error)."""
+        data = self.checkpoint_path(batch).read_bytes()
+        document = json.loads(data)
+        if document.get("task") != self.task or document.get("batch") != batch:
+            raise ValueError(f"checkpoint {self.checkpoint_path(batch)} is not {self.task}@{batch}")
+        return document["state"], len(data)
+
+    def local_state(self) -> tuple[int, dict[str, list[int]]] | None:
+        """The local store's (batch, state), or None when there is none."""
+        return self._local_batch_and_state()
+
+    def write_local(self, batch: int, state: dict[str, list[int]]) -> None:
+        """Replace the local store with ``state`` as of ``batch`` (a standby copy's update)."""
+        _atomic_write(self.local_path, _encode(self.task, batch, state))
+
     def latest_checkpoint(self) -> int | None:
         """The newest checkpointed batch of this task, or None."""
-        batches = [int(p.stem) for p in self.checkpoint_folder.glob("*.json") if p.stem.isdigit()]
+        names = (p.name.split(".", 1)[0] for p in self.checkpoint_folder.glob("*.json"))
+        batches = [int(n) for n in names if n.isdigit()]
         return max(batches) if batches else None
