@@ -180,6 +180,14 @@ class MemberGroup(RegistrationActions, StandbyActions):
             members = list(self._members.items())
         return {pid: (m.machine.running_version, dict(m.machine.running)) for pid, m in members}
 
+    def standbys(self) -> dict[str, tuple[int | None, frozenset[str]]]:
+        """Processor id -> (the DONE version its standby copies follow, their task names)."""
+        with self._lock:
+            members = list(self._members.items())
+        return {
+            pid: (m.machine.standby_version, frozenset(m.machine.standbys)) for pid, m in members
+        }
+
     def member(self, processor_id: str) -> MemberMachine | None:
         with self._lock:
             found = self._members.get(processor_id)

@@ -8,7 +8,9 @@ through the same member machine as ``affinity processor run``
 executors that version names, and once the barrier is DONE the executors' tasks "run" there:
 :meth:`in_force` gives the task -> processor assignment every executor follows, and
 :meth:`placement` the task -> executor id to pin a stage's tasks with
-(:func:`locality.spark.run_pinned`). Task locality is written after DONE (I4).
+(:func:`locality.spark.run_pinned`). Task locality is written after DONE (I4). With standby
+replicas, the assignment also names each task's standby copies, and
+:meth:`report_standby_lag` reports how far each is behind.
 
 Usage::
 
@@ -22,8 +24,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -53,10 +55,12 @@ class NotInForce(TimeoutError):
 
 @dataclass(frozen=True)
 class DriverAssignment:
-    """The version every registered executor runs, and its task -> processor assignment."""
+    """The version every registered executor runs, its task -> processor assignment and its
+    standby copies (task -> the processors holding one; empty without ``standby_replicas``)."""
 
     version: int
     task_to_processor: Mapping[str, str]
+    standbys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class SparkDriverMember:
@@ -75,7 +79,11 @@ class SparkDriverMember:
     ) -> None:
         self._changed = threading.Condition()
         self.group = MemberGroup(
-            client, store, on_start=self._tasks_changed, on_stop=self._tasks_changed, job=job
+            client,
+            store,
+            on_start=self._tasks_changed,
+            on_stop=self._tasks_changed,
+            job=job,
         )
         capacity = {"capacity": executor_cores(sc)}  # balance by capacity (DESIGN.md)
         self.registrar = ExecutorRegistrar.for_context(
@@ -96,11 +104,13 @@ class SparkDriverMember:
         """Executors -> processors: new executors become members, lost ones leave."""
         return self.registrar.sync()
 
-    def in_force(self, timeout_s: float = 120.0) -> DriverAssignment:
-        """Wait until every registered executor runs one DONE version; its assignment."""
+    def in_force(self, timeout_s: float = 120.0, tasks: Collection[str] = ()) -> DriverAssignment:
+        """Wait until every registered executor runs one DONE version (giving an executor to
+        each of ``tasks``: a model from before an executor was lost leaves its tasks without
+        one); its assignment."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
-            while (found := self._common_version()) is None:
+            while (found := self._common_version(tasks)) is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise NotInForce(
@@ -113,6 +123,11 @@ class SparkDriverMember:
     def placement(self, task_to_processor: Mapping[str, str]) -> dict[str, str]:
         """Task -> executor id for :func:`locality.spark.run_pinned`."""
         return self.registrar.placement(task_to_processor)
+
+    def report_standby_lag(self, processor_id: str, task: str, lag: int) -> None:
+        """How far ``processor_id``'s standby copy of ``task`` is behind (0: at the latest
+        commit); written to ZooKeeper for the leader's failover and warm-up decisions."""
+        self.group.report_standby_lag(processor_id, task, lag)
 
     def close(self) -> None:
         """Stop following; every executor's member stops and unregisters."""
@@ -140,7 +155,7 @@ class SparkDriverMember:
     def _versions(self) -> dict[str, int | None]:
         return {pid: version for pid, (version, _) in self.group.running().items()}
 
-    def _common_version(self) -> DriverAssignment | None:
+    def _common_version(self, tasks: Collection[str]) -> DriverAssignment | None:
         running = self.group.running()
         registered = set(self.registrar.registrations)
         versions = {running[pid][0] for pid in registered if pid in running}
@@ -150,4 +165,14 @@ class SparkDriverMember:
         if version is None:
             return None
         owners = {task: pid for pid in registered for task in running[pid][1]}
-        return DriverAssignment(version, owners)
+        if any(task not in owners for task in tasks):
+            return None  # the model of a lost executor: the next one gives its tasks away
+        held = self.group.standbys()
+        if any(held.get(pid, (None,))[0] != version for pid in registered):
+            return None  # a member is between its tasks and its standbys of this version
+        copies: dict[str, list[str]] = {}
+        for pid in sorted(registered):
+            for task in held[pid][1]:
+                copies.setdefault(task, []).append(pid)
+        standbys = {task: tuple(pids) for task, pids in sorted(copies.items())}
+        return DriverAssignment(version, owners, standbys)

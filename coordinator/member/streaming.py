@@ -18,7 +18,9 @@ Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, bat
    (:func:`locality.spark.run_pinned`): it opens its state (memory, the host's local copy, or a
    restore), calls the function per key, checkpoints the batch and returns its output rows;
 6. the output DataFrame goes to ``sink(df, batch_id)``, then the batch is committed (the
-   tasks' checkpoint tokens) and task locality is written where each task ran.
+   tasks' checkpoint tokens) and task locality is written where each task ran;
+7. with standby replicas, every standby copy is brought to the commit on its executor's host
+   and its lag reported (:mod:`coordinator.member.streaming_standby`).
 
 A failure anywhere before the commit commits nothing; Spark re-runs the batch id and it starts
 again from the previous commit, with the same processing time: the same output and state.
@@ -37,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -46,6 +48,7 @@ from kazoo.client import KazooClient
 from coordinator.config import JobConfig
 from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import SparkDriverMember
+from coordinator.member.streaming_standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from groupers import get_ssp_grouper
 from groupers.keys import stable_hash
 from locality.spark import run_pinned
@@ -106,6 +109,7 @@ class BatchReport:
     rows_in: int
     rows_out: int
     timed_out: int
+    standby: StandbyStage = NO_STANDBYS  # the standby copies brought to this batch's commit
 
 
 class StatefulQuery:
@@ -238,7 +242,7 @@ class StatefulQuery:
         batch_time = write_pending(self.storage, batch, int(time.time() * 1000))
         start = latest_commit(self.storage, before=batch)
         driver.sync()
-        assignment = driver.in_force(self.in_force_timeout_s)
+        assignment = driver.in_force(self.in_force_timeout_s, self.keyspace.key_groups())
         rows = df.toPandas()
         work = self._task_batches(rows, batch, batch_time, start)
         payloads = {task: (self.spec, w) for task, w in work.items()}
@@ -261,13 +265,24 @@ class StatefulQuery:
         self.sink(output, batch)
         tokens = {t: o.token for t, o in outcomes.items()}
         groups = {t: o.key_groups for t, o in outcomes.items()}
-        write_commit(
-            self.storage, CommitRecord(batch, tokens, groups, self.keyspace.max_parallelism)
-        )
+        commit = CommitRecord(batch, tokens, groups, self.keyspace.max_parallelism)
+        write_commit(self.storage, commit)
         self._write_locality(driver, run.ran_on)
+        standby = refresh_standbys(
+            sc,
+            driver,
+            self.spec.store,
+            assignment,
+            commit,
+            start,
+            locality_wait=self.locality_wait,
+            log=self.log,
+        )
         report = _report(batch, assignment.version, began, outcomes, run, len(rows))
+        report = replace(report, standby=standby, seconds=time.perf_counter() - began)
         self.reports.append(report)
-        self.log.info("streaming.batch", **report.__dict__)
+        figures = {k: v for k, v in report.__dict__.items() if k != "standby"}
+        self.log.info("streaming.batch", **figures, **_standby_figures(standby))
         return report
 
     def _task_batches(
@@ -315,6 +330,17 @@ class StatefulQuery:
         where = {t: location_of[e] for t, e in ran_on.items() if e is not None and e in location_of}
         if where and self._store is not None:
             self._store.locality.write(where)
+
+
+def _standby_figures(stage: StandbyStage) -> dict[str, object]:
+    if not stage.copies:
+        return {}
+    return {
+        "standby_copies": stage.copies,
+        "standby_refreshed": stage.refreshed,
+        "standby_bytes": stage.bytes_applied,
+        "standby_s": round(stage.seconds, 3),
+    }
 
 
 def _cause(exc: BaseException) -> str:

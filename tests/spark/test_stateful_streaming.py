@@ -56,13 +56,16 @@ class Sink:
         self.batches[batch_id] = rows
 
 
-def job_config(zk: EmbeddedZooKeeper, tmp: Path, name: str) -> JobConfig:
+def job_config(
+    zk: EmbeddedZooKeeper, tmp: Path, name: str, grouper_options: dict[str, Any] | None = None
+) -> JobConfig:
     return load_config(
         data={
             "job": {"name": name, "id": "1", "run_id": "r1"},
             "zookeeper": {"connect": zk.hosts, "root": "/affinity-streaming"},
             "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],
             "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": TASKS}},
+            "grouper": {"name": "host-affinity", "options": grouper_options or {}},
             "coordinator": {
                 "debounce_ms": 100,
                 "debounce_max_ms": 1000,

@@ -10,7 +10,8 @@ whose local copy stays on the executor's host.
 - :mod:`~locality.spark.state.schema` / :mod:`~locality.spark.state.groupstate`: the state
   schema and the ``state`` argument of an ``applyInPandasWithState`` function;
 - :mod:`~locality.spark.state.keyspace`: which task and key group a key belongs to;
-- :mod:`~locality.spark.state.runner`: one task's micro-batch.
+- :mod:`~locality.spark.state.runner`: one task's micro-batch;
+- :mod:`~locality.spark.state.standby`: a standby copy on another host brought to each commit.
 
 Runs on executors: imports only the standard library (pandas lazily) and its own modules; no
 kazoo, structlog, ``groupers`` or ``coordinator``. The driver side is

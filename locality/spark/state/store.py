@@ -56,8 +56,11 @@ __all__ = [
     "TeeStorage",
     "forget_memory",
     "local_root",
+    "meta_path",
     "open_task_state",
+    "read_meta",
     "save_task_state",
+    "write_meta",
 ]
 
 #: Where a task's state came from (see the module docstring).
@@ -146,27 +149,27 @@ def local_root(spec: StoreSpec, location: str) -> Path:
     return Path(spec.local_dir) / quote(spec.scope, safe="") / quote(location, safe="")
 
 
-def _meta_path(root: Path, task: str) -> Path:
+def meta_path(root: Path, task: str) -> Path:
     return root / "tasks" / f"{quote(task, safe='')}.json"
 
 
-def _read_meta(root: Path, task: str) -> tuple[tuple[int, ...], list[tuple[int, str]]]:
+def read_meta(root: Path, task: str) -> tuple[tuple[int, ...], list[tuple[int, str]]]:
     """(key groups, [(batch, token), ...]): the batches the local copy can give, newest first."""
     try:
-        document = json.loads(_meta_path(root, task).read_bytes())
+        document = json.loads(meta_path(root, task).read_bytes())
         versions = [(int(b), str(t)) for b, t in document["versions"]]
         return tuple(int(g) for g in document["key_groups"]), versions
     except (OSError, ValueError, KeyError, TypeError):
         return (), []
 
 
-def _write_meta(root: Path, task: str, batch: int, token: str, groups: Sequence[int]) -> None:
+def write_meta(root: Path, task: str, batch: int, token: str, groups: Sequence[int]) -> None:
     """Record that the local copy is at ``batch`` (``token``); it can still give the newest
     earlier batch it held (a retried or replayed batch starts from it)."""
-    held_groups, versions = _read_meta(root, task)
+    held_groups, versions = read_meta(root, task)
     earlier = [v for v in versions if v[0] < batch][:1] if held_groups == tuple(groups) else []
     document = {"key_groups": list(groups), "versions": [[batch, token], *map(list, earlier)]}
-    path = _meta_path(root, task)
+    path = meta_path(root, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_text(json.dumps(document))
@@ -211,7 +214,7 @@ def _from_disk(
 ) -> tuple[ObjectSpace, str, int, int]:
     """(space, source, bytes restored, bytes read locally): the local copy if it matches."""
     start_batch, token, _ = wanted
-    held_groups, versions = _read_meta(root, task)
+    held_groups, versions = read_meta(root, task)
     if token is not None and held_groups == groups and (start_batch, token) in versions:
         try:
             space, report = ObjectSpace.load(
@@ -227,7 +230,7 @@ def _from_disk(
             return space, "local", 0, report.bytes_read
         except (ObjectSpaceError, OSError, ValueError):
             pass  # a damaged local copy: restore instead
-    _meta_path(root, task).unlink(missing_ok=True)
+    meta_path(root, task).unlink(missing_ok=True)
     for g in groups:
         shutil.rmtree(tee.mirror.folder(g), ignore_errors=True)
     space, report = ObjectSpace.load(
@@ -250,7 +253,7 @@ def save_task_state(
     token = uuid.uuid4().hex
     root = local_root(spec, location)
     groups = space.key_groups
-    _write_meta(root, task, batch, token, groups)
+    write_meta(root, task, batch, token, groups)
     cache_key = (repr(spec.storage), str(root), task)
     for key in [k for k, v in _MEMORY.items() if k[:2] == cache_key[:2] and v[0] < batch - 1]:
         del _MEMORY[key]  # tasks this worker no longer runs
