@@ -57,14 +57,18 @@ class Sink:
 
 
 def job_config(
-    zk: EmbeddedZooKeeper, tmp: Path, name: str, grouper_options: dict[str, Any] | None = None
+    zk: EmbeddedZooKeeper,
+    tmp: Path,
+    name: str,
+    grouper_options: dict[str, Any] | None = None,
+    tasks: int = TASKS,
 ) -> JobConfig:
     return load_config(
         data={
             "job": {"name": name, "id": "1", "run_id": "r1"},
             "zookeeper": {"connect": zk.hosts, "root": "/affinity-streaming"},
             "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],
-            "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": TASKS}},
+            "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": tasks}},
             "grouper": {"name": "host-affinity", "options": grouper_options or {}},
             "coordinator": {
                 "debounce_ms": 100,
