@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    NodeExistsError,
     NoNodeError,
     UnimplementedError,
 )
@@ -174,6 +175,49 @@ class ZkOps:
                 return None
             self._count(reads=1)
             return bytes(data or b""), stat
+
+        return self.call(what, path, attempt)
+
+    def get_watched(
+        self, path: str, what: str, watch: Callable[[Any], None] | None
+    ) -> tuple[bytes, ZnodeStat] | None:
+        """:meth:`get`, leaving kazoo's one-shot ``watch`` on the node if it exists (None: no
+        watch). The watch is called (on kazoo's event thread) at the node's next change."""
+
+        def attempt() -> tuple[bytes, ZnodeStat] | None:
+            try:
+                data, stat = self._wait(self.client.get_async(path, watch=watch))
+            except NoNodeError:
+                return None
+            self._count(reads=1)
+            return bytes(data or b""), stat
+
+        return self.call(what, path, attempt)
+
+    def create_and_get(
+        self, path: str, read: str, *, what: str, watch: Callable[[Any], None] | None = None
+    ) -> tuple[bool, tuple[bytes, ZnodeStat] | None]:
+        """Create the empty ephemeral node ``path`` and read ``read`` (leaving ``watch`` on it,
+        as :meth:`get_watched`) in one round trip: both requests are sent before either answer
+        is awaited. Returns (False if ``path`` already existed, ``read``'s data and stat or None
+        if it does not exist); a missing parent of ``path`` raises :class:`NotFound`."""
+        chosen = list(self.acl)
+
+        def attempt() -> tuple[bool, tuple[bytes, ZnodeStat] | None]:
+            created = self.client.create_async(path, b"", acl=chosen, ephemeral=True)
+            reading = self.client.get_async(read, watch=watch)
+            try:
+                self._wait(created)
+                fresh = True
+                self._count(writes=1)
+            except NodeExistsError:
+                fresh = False
+            try:
+                data, stat = self._wait(reading)
+            except NoNodeError:
+                return fresh, None
+            self._count(reads=1)
+            return fresh, (bytes(data or b""), stat)
 
         return self.call(what, path, attempt)
 

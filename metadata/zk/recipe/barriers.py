@@ -19,12 +19,18 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from metadata.errors import CorruptDataError
 from metadata.model import BarrierState
-from metadata.zk.errors import NodeExists, NotFound, TransactionRejected, WriteConflict
+from metadata.zk.errors import (
+    NodeExists,
+    NotFound,
+    TransactionRejected,
+    WriteConflict,
+    ZkStoreError,
+)
 from metadata.zk.layout import BARRIER_PREFIX, JobLayout, decode_name, encode_name, parse_int_name
 from metadata.zk.ops import Op, ZkOps
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
@@ -33,6 +39,7 @@ from metadata.zk.watch import CoalescedChildrenWatch, Watch
 __all__ = ["Barriers"]
 
 _DECIDED = (BarrierState.DONE, BarrierState.TIMED_OUT)
+_DECIDED_BYTES = frozenset(state.encode() for state in _DECIDED)
 
 
 @dataclass
@@ -43,6 +50,59 @@ class _Seen:
     existed: bool = False
     participants: frozenset[str] = frozenset()
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Decision:
+    """One barrier's state, watched until it is decided (:meth:`Barriers.watch_decision`):
+    a one-shot kazoo watch, re-armed only while the state is undecided."""
+
+    def __init__(
+        self,
+        barriers: Barriers,
+        version: int,
+        callback: Callable[[BarrierState | None], None],
+        on_error: Callable[[Exception], None],
+    ) -> None:
+        self._barriers = barriers
+        self._ops = barriers._ops
+        self.version = version
+        self.path = barriers._layout.barrier_state(version)
+        self.watch = Watch(self._ops.log, "barrier decision", self.path)
+        self._callback = callback
+        self._on_error = on_error
+
+    def settle(self, found: tuple[bytes, ZnodeStat] | None) -> None:
+        """Deliver what a read of the state found (None: the barrier is gone)."""
+        if found is None:
+            self.watch.deliver(self._callback, None)
+            self.watch.stop()
+            return
+        try:
+            state = self._barriers._decode_state(self.version, found[0])
+        except CorruptDataError:
+            self._ops.log.exception("zk.barrier_state_corrupt", version=self.version)
+            return  # the watch stays: a leader's next write may mend it
+        self.watch.deliver(self._callback, state)
+        if state in _DECIDED:
+            self.watch.stop()  # decided for good: nothing more to see
+
+    def on_event(self, _event: WatchedEvent) -> None:
+        """kazoo's watch fired (the state changed or is gone): read it again, on kazoo's event
+        thread. A decided state (the usual news) needs no new watch; anything else is read once
+        more with the watch re-armed."""
+        if self.watch.stopped:
+            return
+        try:
+            found = self._ops.get_watched(self.path, "read barrier state", None)
+            if found is not None and found[0] not in _DECIDED_BYTES:
+                found = self._ops.get_watched(self.path, "read barrier state", self.on_event)
+        except ZkStoreError as exc:
+            self._ops.log.warning("zk.barrier_reread_failed", path=self.path, error=repr(exc))
+            if not self.watch.stopped:
+                self.watch.stop()
+                self._on_error(exc)
+            return
+        self.settle(found)
 
 
 class Barriers:
@@ -95,17 +155,23 @@ class Barriers:
                 self._layout.barrier(version), f"barrier {version} does not exist"
             ) from None
         except NodeExists:
-            stat = self._ops.exists(path, "check barrier participant")
-            session = self._ops.client.client_id
-            if stat is not None and session and stat.ephemeralOwner == session[0]:
-                return
-            if stat is None:  # the other session just ended: try once more
-                self._ops.create(path, b"", what="join barrier", ephemeral=True)
-                return
-            raise WriteConflict(
-                path, f"{processor_id!r} already joined barrier {version} from another session"
-            ) from None
+            self._joined_before(path, version, processor_id)
+            return
         self._ops.log.info("zk.barrier_joined", version=version, processor_id=processor_id)
+
+    def _joined_before(self, path: str, version: int, processor_id: str) -> None:
+        """``path`` (the participant node) existed when joining: fine if it is this session's,
+        :class:`WriteConflict` if another live session's."""
+        stat = self._ops.exists(path, "check barrier participant")
+        session = self._ops.client.client_id
+        if stat is not None and session and stat.ephemeralOwner == session[0]:
+            return
+        if stat is None:  # the other session just ended: try once more
+            self._ops.create(path, b"", what="join barrier", ephemeral=True)
+            return
+        raise WriteConflict(
+            path, f"{processor_id!r} already joined barrier {version} from another session"
+        )
 
     def state(self, version: int) -> BarrierState | None:
         """NEW, DONE or TIMED_OUT; None if barrier ``version`` does not exist."""
@@ -260,6 +326,56 @@ class Barriers:
             "watch barrier state", path, lambda: DataWatch(self._ops.client, path, on_state)
         )
         return watch
+
+    def join_and_watch(
+        self,
+        version: int,
+        processor_id: str,
+        callback: Callable[[BarrierState | None], None],
+        on_error: Callable[[Exception], None],
+    ) -> Watch:
+        """:meth:`join` barrier ``version`` and :meth:`watch_decision` it in one round trip (the
+        join and the first read of the state are sent together); raises as :meth:`join`."""
+        path = self._layout.barrier_participant(version, processor_id)
+        decision = _Decision(self, version, callback, on_error)
+        try:
+            fresh, found = self._ops.create_and_get(
+                path, decision.path, what="join barrier", watch=decision.on_event
+            )
+        except NotFound:
+            decision.watch.stop()
+            raise NotFound(
+                self._layout.barrier(version), f"barrier {version} does not exist"
+            ) from None
+        if not fresh:
+            try:
+                self._joined_before(path, version, processor_id)
+            except Exception:
+                decision.watch.stop()
+                raise
+        decision.settle(found)
+        return decision.watch
+
+    def watch_decision(
+        self,
+        version: int,
+        callback: Callable[[BarrierState | None], None],
+        on_error: Callable[[Exception], None],
+    ) -> Watch:
+        """Call ``callback(state)`` now and at each change of barrier ``version``'s state, until
+        it is decided (DONE or TIMED_OUT) or gone (None: it does not exist, or retention removed
+        it); then the watch ends. A failed re-read after a change (the store unavailable) calls
+        ``on_error(exc)`` and ends the watch.
+
+        Cheaper than :meth:`watch_state` for a processor: one request per change and none
+        after the decision (a decided barrier stays decided), so neither the decision nor the
+        barrier's later removal costs another read.
+        """
+        decision = _Decision(self, version, callback, on_error)
+        decision.settle(
+            self._ops.get_watched(decision.path, "read barrier state", decision.on_event)
+        )
+        return decision.watch
 
     def versions(self) -> list[int]:
         """The versions of the barriers stored, sorted (whatever their state)."""
