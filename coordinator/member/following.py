@@ -3,7 +3,8 @@
 a member's container, join a barrier and watch its decision.
 
 The group keeps one version watch and one barrier watch per version for all its members, and
-reads each manifest once per version. A member that joins a barrier the group does not watch yet
+reads each manifest once per version, decoding only its head unless a member reads its container
+(:mod:`metadata.zk.recipe.manifests`). A member that joins a barrier the group does not watch yet
 joins and reads the barrier's state in one round trip (:meth:`Barriers.join_and_watch`); the
 watch ends once the barrier is decided, so neither the decision nor the barrier's later removal
 by retention costs another read.
@@ -31,7 +32,8 @@ from coordinator.protocol.member_events import (
     WatchVersions,
 )
 from metadata.model import BarrierState
-from metadata.zk import Manifest, NotFound, Watch, ZkMetadataStore
+from metadata.zk import NotFound, Watch, ZkMetadataStore
+from metadata.zk.recipe.manifests import ManifestHead
 
 __all__ = ["FollowActions", "JoinAndWatch", "Watches"]
 
@@ -43,7 +45,7 @@ class Watches:
     version: Watch | None = None
     barriers: dict[int, Watch] = field(default_factory=dict)
     barrier_states: dict[int, BarrierState | None] = field(default_factory=dict)  # last seen
-    manifests: dict[int, Manifest] = field(default_factory=dict)
+    manifests: dict[int, ManifestHead] = field(default_factory=dict)  # (decoded on demand)
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class FollowActions:
         manifest = self._watches.manifests.get(version)
         if manifest is None:
             try:
-                manifest = self.store.job_models.read_manifest(version)
+                manifest = self.store.job_models.read_manifest_head(version)
             except NotFound:
                 return [ManifestMissing(version)]
             self._watches.manifests = {version: manifest}  # only the newest is worth keeping
@@ -90,9 +92,9 @@ class FollowActions:
 
     def _read_container(self, member: Any, action: ReadContainer) -> list[MemberEvent]:
         version = action.version
-        manifest = self._watches.manifests.get(version)
+        head = self._watches.manifests.get(version)
         container = self.store.job_models.read_container(
-            version, member.machine.processor_id, manifest=manifest
+            version, member.machine.processor_id, manifest=None if head is None else head.manifest()
         )
         if container is None:
             member.log.info("processor.not_in_model", version=version)

@@ -50,6 +50,7 @@ from metadata.zk.layout import JobLayout, parse_int_name
 from metadata.zk.ops import Op, ZkOps
 from metadata.zk.recipe.barriers import Barriers
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
+from metadata.zk.recipe.manifests import ManifestHead
 from metadata.zk.recipe.views import read_container
 from metadata.zk.watch import Watch
 
@@ -323,16 +324,18 @@ class JobModelStore:
 
     def read_manifest(self, version: int) -> Manifest:
         """The manifest of committed job model ``version`` (NotFound if not committed)."""
+        return self.read_manifest_head(version).manifest()
+
+    def read_manifest_head(self, version: int) -> ManifestHead:
+        """The manifest of committed job model ``version`` decoded only as far as a processor
+        decides (:mod:`~metadata.zk.recipe.manifests`); NotFound if it is not committed."""
         path = self._layout.job_model(version)
         found = self._ops.get(path, f"read job model {version}")
         if found is None:
             raise NotFound(path, f"job model version {version} does not exist")
         if not found[0]:
             raise NotFound(path, f"job model version {version} is not committed")
-        manifest = Manifest.from_bytes(found[0], path)
-        if manifest.version != version:
-            raise CorruptDataError(path, f"manifest describes version {manifest.version}")
-        return manifest
+        return ManifestHead.from_bytes(found[0], path, version)
 
     def read_container(
         self, version: int, processor_id: str, *, manifest: Manifest | None = None
