@@ -11,7 +11,8 @@ death: ``base`` v, ``losing`` and ``gaining`` one each), waits for the survivors
 v+1 and marks it DONE. The survivors (``--survivors K`` real
 :class:`~coordinator.member.processor.ProcessorClient` instances, each with its own session) run
 in a child process that does nothing else, so the child's CPU time (``time.process_time``: every
-thread, kazoo's included) over one rebalance, over K, is one survivor's CPU per rebalance.
+thread, kazoo's included, but for its main thread, which only answers this process) over one
+rebalance, over K, is one survivor's CPU per rebalance.
 Wall time is not measured: the machine may be loaded.
 
 Usage: ``python benchmarks/survivor_cpu.py [--size 1000:10000] [--survivors 1] [--rounds 20]
@@ -144,7 +145,11 @@ def _survivors_main(conn: Connection, hosts: str, ids: list[str], top: int) -> N
     while True:
         command = conn.recv()
         if command == "cpu":
-            send(("cpu", time.process_time(), sum(requests_of(c) for c, _ in agents)))
+            # (not this thread's: it only answers the parent)
+            cpu = time.process_time() - time.thread_time()
+            send(("cpu", cpu, sum(requests_of(c) for c, _ in agents)))
+        elif command == "threads":
+            send(("threads", _thread_cpu()))
         elif command == "stop":
             stop.set()
             for client, thread in agents:
@@ -153,6 +158,28 @@ def _survivors_main(conn: Connection, hosts: str, ids: list[str], top: int) -> N
                 client.close()
             send(("stopped", profiles.report(top) if top else "", dict(kinds)))
             return
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each live thread of this process, by kind of thread."""
+    kinds: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # (ended meanwhile)
+            continue
+        target = repr(getattr(thread, "_target", ""))
+        name = "member group" if thread.name[:2] == "p-" else thread.name.split("-")[0]
+        if "zk_loop" in target or "_connect" in target:
+            name = "kazoo connection"
+        elif "_thread_worker" in target:
+            name = "kazoo callbacks"
+        elif thread is threading.main_thread():
+            name = "harness (not counted)"
+        kinds[name] = kinds.get(name, 0.0) + seconds
+    return kinds
 
 
 def _ignore(_version: int | None, _tasks: Mapping[str, TaskModel]) -> None:
@@ -223,6 +250,14 @@ def _cpu(conn: Connection) -> tuple[float, int]:
             return message[1], message[2]
 
 
+def _threads(conn: Connection) -> dict[str, float]:
+    conn.send("threads")
+    while True:
+        message = conn.recv()
+        if message[0] == "threads":
+            return dict(message[1])
+
+
 def measure(hosts: str, processors: int, tasks: int, k: int, rounds: int, top: int) -> None:
     """Publish ``rounds`` versions; print the survivors' CPU (and profile if ``top``)."""
     ids = [f"p-{i:04d}" for i in range(processors)]
@@ -246,6 +281,7 @@ def measure(hosts: str, processors: int, tasks: int, k: int, rounds: int, top: i
     leader.publish(_model(1, owner, catalogue))
     leader.decide(1, parent)
     rng = random.Random(7)
+    threads_before = _threads(parent)
     costs, requests = [], []
     for version in range(2, rounds + 2):
         cpu0, req0 = _cpu(parent)
@@ -259,6 +295,11 @@ def measure(hosts: str, processors: int, tasks: int, k: int, rounds: int, top: i
         cpu1, req1 = _cpu(parent)
         costs.append((cpu1 - cpu0) / k * 1000)
         requests.append((req1 - req0) / k)
+    threads_after = _threads(parent)
+    per_thread = {
+        kind: (seconds - threads_before.get(kind, 0.0)) / rounds / k * 1000
+        for kind, seconds in threads_after.items()
+    }
     parent.send("stop")
     while (message := parent.recv())[0] != "stopped":
         pass
@@ -266,6 +307,8 @@ def measure(hosts: str, processors: int, tasks: int, k: int, rounds: int, top: i
     client.stop()
     client.close()
     _print(processors, tasks, k, costs, requests, bool(top))
+    shares = ", ".join(f"{kind} {ms:.2f}" for kind, ms in sorted(per_thread.items()))
+    print(f"mean CPU per survivor and rebalance by thread (ms): {shares}")
     kinds = ", ".join(f"{kind} {n / k / (rounds + 1):.1f}" for kind, n in message[2].items())
     print(f"requests by kind, per survivor and version (setup included): {kinds}")
     if top:
