@@ -13,8 +13,11 @@ by retention costs another read.
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kazoo.exceptions import KazooException
 
 from coordinator.protocol.member_events import (
     BarrierDecided,
@@ -31,8 +34,10 @@ from coordinator.protocol.member_events import (
     WatchBarrier,
     WatchVersions,
 )
+from metadata.errors import MetadataError
 from metadata.model import BarrierState
 from metadata.zk import NotFound, Watch, ZkMetadataStore
+from metadata.zk.handler import inline
 from metadata.zk.recipe.manifests import ManifestHead
 
 __all__ = ["FollowActions", "JoinAndWatch", "Watches"]
@@ -62,21 +67,50 @@ class FollowActions:
     :class:`ReadContainer`, :class:`JoinBarrier` and :class:`WatchBarrier`."""
 
     store: ZkMetadataStore
+    log: Any
     _watches: Watches
     _events: queue.Queue[Any]
+    _deliver: Callable[[str | None, MemberEvent], None]  # (MemberGroup's)
 
     def _watch_versions(self, member: Any, _action: WatchVersions) -> list[MemberEvent]:
         if self._watches.version is None:
             self.store.sync()  # the watch's first read must not come from a lagging server
-            self._watches.version = self.store.job_models.watch_version(
-                lambda v: self._events.put((None, VersionAnnounced(v)))
-            )
-            return []  # the watch fires at once with the latest version, for every member
+            version = self._read_version_watched()
+            self._events.put((None, VersionAnnounced(version)))  # for every member
+            return []
         return self._fetch_latest_version(member, FetchLatestVersion())
 
     def _fetch_latest_version(self, _m: Any, _a: FetchLatestVersion) -> list[MemberEvent]:
         self.store.sync()  # not an old version from a lagging follower (SAMZA-2301)
+        if self._watches.version is None:  # (lost with a failed re-read: watch again)
+            return [VersionAnnounced(self._read_version_watched())]
         return [VersionAnnounced(self.store.job_models.latest_version())]
+
+    def _read_version_watched(self) -> int | None:
+        """The latest version, leaving a one-shot watch on the version pointer whose event goes
+        from kazoo's connection thread straight to the group's queue; the group's thread then
+        reads the pointer again (:meth:`_version_changed`), re-arming the watch."""
+        watch = Watch(self.log, "jobModelVersion", "")
+        self._watches.version = watch
+
+        @inline
+        def changed(_event: Any) -> None:
+            if not watch.stopped:
+                self._events.put(lambda: self._version_changed(watch))
+
+        return self.store.job_models.latest_version(watch=changed)
+
+    def _version_changed(self, watch: Watch) -> None:
+        """(The group's thread) the version pointer changed: announce it to every member."""
+        if watch.stopped or self._watches.version is not watch:
+            return  # the session ended meanwhile (the watches were dropped)
+        try:
+            event: MemberEvent = VersionAnnounced(self._read_version_watched())
+        except (MetadataError, KazooException) as exc:
+            self.log.warning("member.version_reread_failed", error=repr(exc))
+            self._watches.version = None  # the next FetchLatestVersion watches again
+            event = StoreFailed(repr(exc))
+        self._deliver(None, event)
 
     def _read_manifest(self, _member: Any, action: ReadManifest) -> list[MemberEvent]:
         version = action.version
@@ -118,6 +152,7 @@ class FollowActions:
             member.machine.processor_id,
             self._on_barrier_state(version),
             self._on_barrier_error(version),
+            hand_off=self._events.put,
         )
         member.log.info("processor.joined_barrier", version=version, early=action.join.early)
         self._keep_barrier_watch(version, watch)
@@ -133,7 +168,10 @@ class FollowActions:
             seen = self._watches.barrier_states.get(version)
             return [] if seen is None else [BarrierDecided(version, seen)]
         watch = self.store.barriers.watch_decision(
-            version, self._on_barrier_state(version), self._on_barrier_error(version)
+            version,
+            self._on_barrier_state(version),
+            self._on_barrier_error(version),
+            hand_off=self._events.put,
         )
         self._keep_barrier_watch(version, watch)
         return []

@@ -105,8 +105,9 @@ class _Member:
     log: Any = None
 
 
-# (member or None: every member, event); None: stop; FLUSH: write the standby lag reports
-_Item = tuple[str | None, MemberEvent] | str | None
+# (member or None: every member, event); None: stop; FLUSH: write the standby lag reports;
+# a function: a watch's follow-up read, to run on the group's thread
+_Item = tuple[str | None, MemberEvent] | str | Callable[[], None] | None
 
 
 class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
@@ -142,6 +143,7 @@ class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
         self._lock = threading.Lock()
         self._events: queue.Queue[_Item] = queue.Queue()
         self._watches = Watches()
+        self._parked: list[Callable[[], None]] = []  # follow-up reads waiting for a connection
         self._duplicate_wait_s = duplicate_wait_s
         self._on_refused = on_refused
         timeout_s = getattr(client, "_session_timeout", 10_000) / 1000  # what kazoo was given
@@ -189,6 +191,8 @@ class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
             while (item := self._events.get()) is not None:
                 if isinstance(item, str):
                     self.standby_lag.flush()
+                elif callable(item):
+                    self._follow_up(item)
                 else:
                     self._deliver(*item)
         finally:
@@ -196,6 +200,15 @@ class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
             for pid in list(self._members):
                 self._deliver(pid, Shutdown())
             self._unwatch()
+
+    def _follow_up(self, read: Callable[[], None]) -> None:
+        """Run a watch's follow-up read (:mod:`coordinator.member.following`) now, or, while the
+        connection is down (kazoo fires every watch when it drops), once it is back: not
+        blocking this thread in retries, so the members' fences stay on time (rule 7b)."""
+        if self.client.connected:
+            read()
+        else:
+            self._parked.append(read)
 
     def _stop_when(self, stop: threading.Event) -> None:
         stop.wait()
@@ -220,6 +233,10 @@ class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
             )
         if isinstance(event, SessionLost):
             self._unwatch()
+        if target is None and isinstance(event, (Connected, SessionLost)):
+            parked, self._parked = self._parked, []
+            for read in parked:
+                read()  # (each one does nothing if its watch was dropped with the session)
         for member in members:
             self._note(member, event)
             self._feed(member, event)

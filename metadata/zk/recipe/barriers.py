@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from metadata.errors import CorruptDataError
@@ -29,17 +29,16 @@ from metadata.zk.errors import (
     NotFound,
     TransactionRejected,
     WriteConflict,
-    ZkStoreError,
 )
 from metadata.zk.layout import BARRIER_PREFIX, JobLayout, decode_name, encode_name, parse_int_name
 from metadata.zk.ops import Op, ZkOps
+from metadata.zk.recipe.decision import DecisionWatch, HandOff
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk.watch import CoalescedChildrenWatch, Watch
 
 __all__ = ["Barriers"]
 
 _DECIDED = (BarrierState.DONE, BarrierState.TIMED_OUT)
-_DECIDED_BYTES = frozenset(state.encode() for state in _DECIDED)
 
 
 @dataclass
@@ -50,59 +49,6 @@ class _Seen:
     existed: bool = False
     participants: frozenset[str] = frozenset()
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-class _Decision:
-    """One barrier's state, watched until it is decided (:meth:`Barriers.watch_decision`):
-    a one-shot kazoo watch, re-armed only while the state is undecided."""
-
-    def __init__(
-        self,
-        barriers: Barriers,
-        version: int,
-        callback: Callable[[BarrierState | None], None],
-        on_error: Callable[[Exception], None],
-    ) -> None:
-        self._barriers = barriers
-        self._ops = barriers._ops
-        self.version = version
-        self.path = barriers._layout.barrier_state(version)
-        self.watch = Watch(self._ops.log, "barrier decision", self.path)
-        self._callback = callback
-        self._on_error = on_error
-
-    def settle(self, found: tuple[bytes, ZnodeStat] | None) -> None:
-        """Deliver what a read of the state found (None: the barrier is gone)."""
-        if found is None:
-            self.watch.deliver(self._callback, None)
-            self.watch.stop()
-            return
-        try:
-            state = self._barriers._decode_state(self.version, found[0])
-        except CorruptDataError:
-            self._ops.log.exception("zk.barrier_state_corrupt", version=self.version)
-            return  # the watch stays: a leader's next write may mend it
-        self.watch.deliver(self._callback, state)
-        if state in _DECIDED:
-            self.watch.stop()  # decided for good: nothing more to see
-
-    def on_event(self, _event: WatchedEvent) -> None:
-        """kazoo's watch fired (the state changed or is gone): read it again, on kazoo's event
-        thread. A decided state (the usual news) needs no new watch; anything else is read once
-        more with the watch re-armed."""
-        if self.watch.stopped:
-            return
-        try:
-            found = self._ops.get_watched(self.path, "read barrier state", None)
-            if found is not None and found[0] not in _DECIDED_BYTES:
-                found = self._ops.get_watched(self.path, "read barrier state", self.on_event)
-        except ZkStoreError as exc:
-            self._ops.log.warning("zk.barrier_reread_failed", path=self.path, error=repr(exc))
-            if not self.watch.stopped:
-                self.watch.stop()
-                self._on_error(exc)
-            return
-        self.settle(found)
 
 
 class Barriers:
@@ -333,11 +279,13 @@ class Barriers:
         processor_id: str,
         callback: Callable[[BarrierState | None], None],
         on_error: Callable[[Exception], None],
+        *,
+        hand_off: HandOff | None = None,
     ) -> Watch:
         """:meth:`join` barrier ``version`` and :meth:`watch_decision` it in one round trip (the
         join and the first read of the state are sent together); raises as :meth:`join`."""
         path = self._layout.barrier_participant(version, processor_id)
-        decision = _Decision(self, version, callback, on_error)
+        decision = self._decision(version, callback, on_error, hand_off)
         try:
             fresh, found = self._ops.create_and_get(
                 path, decision.path, what="join barrier", watch=decision.on_event
@@ -361,21 +309,40 @@ class Barriers:
         version: int,
         callback: Callable[[BarrierState | None], None],
         on_error: Callable[[Exception], None],
+        *,
+        hand_off: HandOff | None = None,
     ) -> Watch:
         """Call ``callback(state)`` now and at each change of barrier ``version``'s state, until
         it is decided (DONE or TIMED_OUT) or gone (None: it does not exist, or retention removed
         it); then the watch ends. A failed re-read after a change (the store unavailable) calls
-        ``on_error(exc)`` and ends the watch.
+        ``on_error(exc)`` and ends the watch. ``hand_off(reread)``: run the re-read there (the
+        caller's own thread) rather than on kazoo's event thread (:mod:`.decision`).
 
         Cheaper than :meth:`watch_state` for a processor: one request per change and none
         after the decision (a decided barrier stays decided), so neither the decision nor the
         barrier's later removal costs another read.
         """
-        decision = _Decision(self, version, callback, on_error)
+        decision = self._decision(version, callback, on_error, hand_off)
         decision.settle(
             self._ops.get_watched(decision.path, "read barrier state", decision.on_event)
         )
         return decision.watch
+
+    def _decision(
+        self,
+        version: int,
+        callback: Callable[[BarrierState | None], None],
+        on_error: Callable[[Exception], None],
+        hand_off: HandOff | None,
+    ) -> DecisionWatch:
+        return DecisionWatch(
+            self._ops,
+            self._layout.barrier_state(version),
+            lambda data: self._decode_state(version, data),
+            callback,
+            on_error,
+            hand_off=hand_off,
+        )
 
     def versions(self) -> list[int]:
         """The versions of the barriers stored, sorted (whatever their state)."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 import orjson
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from metadata.columns import ModelColumns
@@ -124,9 +124,11 @@ class JobModelStore:
             raise NotFound(path, "the job folder is not set up (no jobModelVersion node)")
         return self._parse_version(found[0]), found[1]
 
-    def latest_version(self) -> int | None:
-        """The latest published version, or None if none was published (or there is no job)."""
-        found = self._ops.get(self._layout.job_model_version, "read job model version")
+    def latest_version(self, *, watch: Callable[[WatchedEvent], None] | None = None) -> int | None:
+        """The latest published version, or None if none was published (or there is no job);
+        ``watch``: kazoo's one-shot watch left on the version pointer (ZkOps.get_watched)."""
+        path, what = self._layout.job_model_version, "read job model version"
+        found = self._ops.get_watched(path, what, watch)
         return None if found is None else self._parse_version(found[0])
 
     def versions(self) -> list[int]:
