@@ -51,6 +51,7 @@ class Watches:
     barriers: dict[int, Watch] = field(default_factory=dict)
     barrier_states: dict[int, BarrierState | None] = field(default_factory=dict)  # last seen
     manifests: dict[int, ManifestHead] = field(default_factory=dict)  # (decoded on demand)
+    announced: int | None = None  # the newest version the watch announced
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,12 @@ class FollowActions:
             if not watch.stopped:
                 self._events.put(lambda: self._version_changed(watch))
 
-        return self.store.job_models.latest_version(watch=changed)
+        known = self._watches.announced
+        guess = None if known is None else known + 1  # the next one: read its manifest too
+        latest = self.store.job_models.latest_version(watch=changed, guess=guess)
+        if latest is not None:
+            self._watches.announced = max(latest, known or latest)
+        return latest
 
     def _version_changed(self, watch: Watch) -> None:
         """(The group's thread) the version pointer changed: announce it to every member."""

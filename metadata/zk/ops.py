@@ -7,7 +7,8 @@
 - retries transient failures with tenacity (bounded: ``max_attempts``, ``retry_deadline_s``) and
   maps every other kazoo error to a :class:`~metadata.zk.errors.ZkStoreError` naming the path
   (:mod:`metadata.zk.retry`);
-- reads many nodes in multiRead batches (:mod:`metadata.zk.multiread`);
+- reads many nodes in multiRead batches (:mod:`metadata.zk.multiread`), reads leaving a watch
+  and sends two requests in one round trip (:mod:`metadata.zk.pipelined`);
 - refuses, before sending, any request ZooKeeper would reject for its size (ZooKeeper reports
   those as a lost connection, which would otherwise be retried forever): :class:`NodeTooLarge`;
 - counts write operations (``ops``: creates, sets and deletes, including those inside
@@ -26,7 +27,6 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
-    NodeExistsError,
     NoNodeError,
     UnimplementedError,
 )
@@ -35,6 +35,7 @@ from kazoo.security import ACL
 
 from metadata.zk.errors import NodeExists, NodeTooLarge
 from metadata.zk.multiread import Found, read_batched, read_each
+from metadata.zk.pipelined import PipelinedReads
 from metadata.zk.retry import NotConnected, call_with_retries
 from metadata.zk.transaction import Op, add_to, batches, rejection
 
@@ -50,7 +51,7 @@ SAFE_REQUEST_BYTES = 1_000_000
 _OP_OVERHEAD = 64
 
 
-class ZkOps:
+class ZkOps(PipelinedReads):
     """Runs the store's ZooKeeper operations (see the module docstring)."""
 
     def __init__(
@@ -175,49 +176,6 @@ class ZkOps:
                 return None
             self._count(reads=1)
             return bytes(data or b""), stat
-
-        return self.call(what, path, attempt)
-
-    def get_watched(
-        self, path: str, what: str, watch: Callable[[Any], None] | None
-    ) -> tuple[bytes, ZnodeStat] | None:
-        """:meth:`get`, leaving kazoo's one-shot ``watch`` on the node if it exists (None: no
-        watch). The watch is called (on kazoo's event thread) at the node's next change."""
-
-        def attempt() -> tuple[bytes, ZnodeStat] | None:
-            try:
-                data, stat = self._wait(self.client.get_async(path, watch=watch))
-            except NoNodeError:
-                return None
-            self._count(reads=1)
-            return bytes(data or b""), stat
-
-        return self.call(what, path, attempt)
-
-    def create_and_get(
-        self, path: str, read: str, *, what: str, watch: Callable[[Any], None] | None = None
-    ) -> tuple[bool, tuple[bytes, ZnodeStat] | None]:
-        """Create the empty ephemeral node ``path`` and read ``read`` (leaving ``watch`` on it,
-        as :meth:`get_watched`) in one round trip: both requests are sent before either answer
-        is awaited. Returns (False if ``path`` already existed, ``read``'s data and stat or None
-        if it does not exist); a missing parent of ``path`` raises :class:`NotFound`."""
-        chosen = list(self.acl)
-
-        def attempt() -> tuple[bool, tuple[bytes, ZnodeStat] | None]:
-            created = self.client.create_async(path, b"", acl=chosen, ephemeral=True)
-            reading = self.client.get_async(read, watch=watch)
-            try:
-                self._wait(created)
-                fresh = True
-                self._count(writes=1)
-            except NodeExistsError:
-                fresh = False
-            try:
-                data, stat = self._wait(reading)
-            except NoNodeError:
-                return fresh, None
-            self._count(reads=1)
-            return fresh, (bytes(data or b""), stat)
 
         return self.call(what, path, attempt)
 
