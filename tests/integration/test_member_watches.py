@@ -112,3 +112,48 @@ def test_a_member_whose_connection_dropped_follows_later_versions_and_decisions(
     store.barriers.set_state(2, BarrierState.DONE, epoch=epoch)
     wait_for(lambda: running_version(member) == 2)
     assert set(member.running()["p-1"][1]) == {"Partition 0", "Partition 1", "Partition 2"}
+
+
+def test_members_of_one_group_share_the_watches_and_all_start(
+    zk_private_server: EmbeddedZooKeeper,
+    zk_connect: Callable[..., KazooClient],
+    leader: tuple[ZkMetadataStore, LeaderEpoch],
+) -> None:
+    """A Spark driver's group: the first member to join watches the barrier for all of them."""
+    store, epoch = leader
+    client = zk_connect(zk_private_server.hosts, session_timeout_s=20.0)
+    group = MemberGroup(
+        client,
+        ZkMetadataStore(client, FOLDER, run_id="run-1"),
+        on_start=lambda *a: None,
+        on_stop=lambda *a: None,
+    )
+    for pid in ("p-1", "p-2", "p-3"):
+        group.add(pid, f"loc-{pid}")
+    stop = threading.Event()
+    thread = threading.Thread(target=group.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(store.processors.locality()) == 3)
+        everyone = ["p-1", "p-2", "p-3"]
+        v1 = model(1, {"p-1": [0], "p-2": [1], "p-3": [2]})
+        store.job_models.publish(v1, epoch=epoch, participants=everyone)
+        wait_for(lambda: store.barriers.participants(1) == set(everyone))
+        store.barriers.set_state(1, BarrierState.DONE, epoch=epoch)
+        wait_for(lambda: all(version == 1 for version, _ in group.running().values()))
+        v2 = model(2, {"p-1": [0, 2], "p-2": [1], "p-3": []})  # p-3 loses, p-1 gains
+        store.job_models.publish(
+            v2, epoch=epoch, participants=everyone, base=1, losing=["p-3"], gaining=["p-1"]
+        )
+        wait_for(lambda: store.barriers.participants(2) == set(everyone))
+        store.barriers.set_state(2, BarrierState.DONE, epoch=epoch)
+        wait_for(lambda: all(version == 2 for version, _ in group.running().values()))
+        running = {pid: set(tasks) for pid, (_, tasks) in group.running().items()}
+        assert running == {
+            "p-1": {"Partition 0", "Partition 2"},
+            "p-2": {"Partition 1"},
+            "p-3": set(),
+        }
+    finally:
+        stop.set()
+        thread.join(10)
