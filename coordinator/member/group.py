@@ -34,13 +34,14 @@ import math
 import queue
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
+from coordinator.member.following import FollowActions, JoinAndWatch, Watches
 from coordinator.member.registration import RegistrationActions
 from coordinator.member.standby_lag import StandbyActions, StandbyLagReports
 from coordinator.protocol.member import (
@@ -55,12 +56,9 @@ from coordinator.protocol.member_events import (
     CheckRegistration,
     Connected,
     ConnectionSuspended,
-    ContainerRead,
     FenceDue,
     FetchLatestVersion,
     JoinBarrier,
-    ManifestMissing,
-    ManifestRead,
     MemberAction,
     MemberEvent,
     MemberState,
@@ -79,14 +77,13 @@ from coordinator.protocol.member_events import (
     StopTasks,
     StoreFailed,
     Unregister,
-    VersionAnnounced,
     WatchBarrier,
     WatchVersions,
     WriteLocality,
 )
 from metadata.errors import MetadataError
 from metadata.model import BarrierState, TaskModel
-from metadata.zk import Manifest, NotFound, Watch, ZkMetadataStore
+from metadata.zk import ZkMetadataStore
 
 __all__ = ["MemberGroup", "OnTasks"]
 
@@ -108,19 +105,12 @@ class _Member:
     log: Any = None
 
 
-@dataclass
-class _Watches:
-    version: Watch | None = None
-    barriers: dict[int, Watch] = field(default_factory=dict)
-    barrier_states: dict[int, BarrierState | None] = field(default_factory=dict)  # last seen
-    manifests: dict[int, Manifest] = field(default_factory=dict)
+# (member or None: every member, event); None: stop; FLUSH: write the standby lag reports;
+# a function: a watch's follow-up read, to run on the group's thread
+_Item = tuple[str | None, MemberEvent] | str | Callable[[], None] | None
 
 
-# (member or None: every member, event); None: stop; FLUSH: write the standby lag reports
-_Item = tuple[str | None, MemberEvent] | str | None
-
-
-class MemberGroup(RegistrationActions, StandbyActions):
+class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
     """Processors of one job following its job models (see the module docstring)."""
 
     def __init__(
@@ -152,7 +142,8 @@ class MemberGroup(RegistrationActions, StandbyActions):
         self._members: dict[str, _Member] = {}
         self._lock = threading.Lock()
         self._events: queue.Queue[_Item] = queue.Queue()
-        self._watches = _Watches()
+        self._watches = Watches()
+        self._parked: list[Callable[[], None]] = []  # follow-up reads waiting for a connection
         self._duplicate_wait_s = duplicate_wait_s
         self._on_refused = on_refused
         timeout_s = getattr(client, "_session_timeout", 10_000) / 1000  # what kazoo was given
@@ -208,6 +199,8 @@ class MemberGroup(RegistrationActions, StandbyActions):
             while (item := self._events.get()) is not None:
                 if isinstance(item, str):
                     self.standby_lag.flush()
+                elif callable(item):
+                    self._follow_up(item)
                 else:
                     self._deliver(*item)
         finally:
@@ -215,6 +208,15 @@ class MemberGroup(RegistrationActions, StandbyActions):
             for pid in list(self._members):
                 self._deliver(pid, Shutdown())
             self._unwatch()
+
+    def _follow_up(self, read: Callable[[], None]) -> None:
+        """Run a watch's follow-up read (:mod:`coordinator.member.following`) now, or, while the
+        connection is down (kazoo fires every watch when it drops), once it is back: not
+        blocking this thread in retries, so the members' fences stay on time (rule 7b)."""
+        if self.client.connected:
+            read()
+        else:
+            self._parked.append(read)
 
     def _stop_when(self, stop: threading.Event) -> None:
         stop.wait()
@@ -239,6 +241,10 @@ class MemberGroup(RegistrationActions, StandbyActions):
             )
         if isinstance(event, SessionLost):
             self._unwatch()
+        if target is None and isinstance(event, (Connected, SessionLost)):
+            parked, self._parked = self._parked, []
+            for read in parked:
+                read()  # (each one does nothing if its watch was dropped with the session)
         for member in members:
             self._note(member, event)
             self._feed(member, event)
@@ -261,7 +267,7 @@ class MemberGroup(RegistrationActions, StandbyActions):
     def _feed(self, member: _Member, event: MemberEvent) -> None:
         pending = [event]
         while pending:
-            actions = member.machine.handle(pending.pop(0))
+            actions = _paired(member.machine.handle(pending.pop(0)))
             for action in actions:
                 try:
                     pending += self._carry_out(member, action)
@@ -274,73 +280,10 @@ class MemberGroup(RegistrationActions, StandbyActions):
 
     # -------------------------------------------------------------------- actions
 
-    def _carry_out(self, member: _Member, action: MemberAction) -> list[MemberEvent]:
+    def _carry_out(self, member: _Member, action: MemberAction | JoinAndWatch) -> list[MemberEvent]:
         handler = getattr(self, _ACTION_HANDLERS[type(action)])
         result: list[MemberEvent] = handler(member, action)
         return result
-
-    def _watch_versions(self, member: _Member, _action: WatchVersions) -> list[MemberEvent]:
-        if self._watches.version is None:
-            self.store.sync()  # the watch's first read must not come from a lagging server
-            self._watches.version = self.store.job_models.watch_version(
-                lambda v: self._events.put((None, VersionAnnounced(v)))
-            )
-            return []  # the watch fires at once with the latest version, for every member
-        return self._fetch_latest_version(member, FetchLatestVersion())
-
-    def _fetch_latest_version(self, _m: _Member, _a: FetchLatestVersion) -> list[MemberEvent]:
-        self.store.sync()  # not an old version from a lagging follower (SAMZA-2301)
-        return [VersionAnnounced(self.store.job_models.latest_version())]
-
-    def _read_manifest(self, _member: _Member, action: ReadManifest) -> list[MemberEvent]:
-        version = action.version
-        manifest = self._watches.manifests.get(version)
-        if manifest is None:
-            try:
-                manifest = self.store.job_models.read_manifest(version)
-            except NotFound:
-                return [ManifestMissing(version)]
-            self._watches.manifests = {version: manifest}  # only the newest is worth keeping
-        gaining = None if manifest.gaining is None else frozenset(manifest.gaining)
-        return [ManifestRead(version, manifest.base, frozenset(manifest.losing), gaining)]
-
-    def _read_container(self, member: _Member, action: ReadContainer) -> list[MemberEvent]:
-        version = action.version
-        manifest = self._watches.manifests.get(version)
-        container = self.store.job_models.read_container(
-            version, member.machine.processor_id, manifest=manifest
-        )
-        if container is None:
-            member.log.info("processor.not_in_model", version=version)
-        if container is None:
-            return [ContainerRead(version, None)]
-        return [ContainerRead(version, container.tasks, container.standby_tasks)]
-
-    def _join_barrier(self, member: _Member, action: JoinBarrier) -> list[MemberEvent]:
-        self.store.barriers.join(action.version, member.machine.processor_id)
-        member.log.info("processor.joined_barrier", version=action.version, early=action.early)
-        return []
-
-    def _watch_barrier(self, _member: _Member, action: WatchBarrier) -> list[MemberEvent]:
-        """Watch barrier ``v`` (one watch for the group). A member that asks again for a watch
-        the group holds (it resynced in the same session) hears the state last seen at once:
-        the watch fires only on changes, and a decision it already delivered would never come
-        again."""
-        version, watches = action.version, self._watches
-        if version in watches.barriers:
-            seen = watches.barrier_states.get(version)
-            return [] if seen is None else [BarrierDecided(version, seen)]
-
-        def on_state(state: str | None) -> None:
-            decided = BarrierState(state) if state in set(BarrierState) else None
-            watches.barrier_states[version] = decided
-            self._events.put((None, BarrierDecided(version, decided)))
-
-        watches.barriers[version] = self.store.barriers.watch_state(version, on_state)
-        for old in [v for v in watches.barriers if v < version]:
-            watches.barriers.pop(old).stop()
-            watches.barrier_states.pop(old, None)
-        return []
 
     def _stop_tasks(self, member: _Member, action: StopTasks) -> list[MemberEvent]:
         if action.reason == UNEXPECTED_LOSS:
@@ -385,13 +328,30 @@ class MemberGroup(RegistrationActions, StandbyActions):
     # -------------------------------------------------------------------- helpers
 
     def _unwatch(self) -> None:
-        watches, self._watches = self._watches, _Watches()
+        watches, self._watches = self._watches, Watches()
         for watch in [watches.version, *watches.barriers.values()]:
             if watch is not None:
                 watch.stop()
 
 
-_ACTION_HANDLERS: dict[type[MemberAction], str] = {
+def _paired(actions: list[MemberAction]) -> list[MemberAction | JoinAndWatch]:
+    """``actions``, with a JoinBarrier followed by the WatchBarrier of its version as one
+    :class:`JoinAndWatch` (carried out in one round trip)."""
+    paired: list[MemberAction | JoinAndWatch] = []
+    for action in actions:
+        last = paired[-1] if paired else None
+        if (
+            isinstance(action, WatchBarrier)
+            and isinstance(last, JoinBarrier)
+            and last.version == action.version
+        ):
+            paired[-1] = JoinAndWatch(last, action)
+        else:
+            paired.append(action)
+    return paired
+
+
+_ACTION_HANDLERS: dict[type[MemberAction | JoinAndWatch], str] = {
     Register: "_register_member",
     Unregister: "_unregister_member",
     CheckRegistration: "_check_registration",
@@ -402,6 +362,7 @@ _ACTION_HANDLERS: dict[type[MemberAction], str] = {
     ReadContainer: "_read_container",
     JoinBarrier: "_join_barrier",
     WatchBarrier: "_watch_barrier",
+    JoinAndWatch: "_join_and_watch",
     StopTasks: "_stop_tasks",
     StartTasks: "_start_tasks",
     **{StopStandbys: "_stop_standbys", StartStandbys: "_start_standbys"},

@@ -12,16 +12,18 @@ timeout in seconds) with one ``poll`` call; :class:`PollingHandler` uses it.
 
 from __future__ import annotations
 
+import logging
 import math
 import select
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import fileobj_to_fd
 
-__all__ = ["PollingHandler", "poll_select"]
+__all__ = ["PollingHandler", "inline", "poll_select"]
 
+_log = logging.getLogger(__name__)
 _READ = select.POLLIN | select.POLLPRI
 _WRITE = select.POLLOUT
 
@@ -62,8 +64,31 @@ def poll_select(
     return readable, writable, []
 
 
+F = TypeVar("F", bound=Callable[..., None])
+_INLINE = "_affinity_zk_inline"
+
+
+def inline(watch: F) -> F:
+    """Mark a watch function that only hands the event on (puts it on a queue: it never blocks
+    and never calls ZooKeeper): :class:`PollingHandler` then calls it on the connection thread
+    itself, sparing kazoo's event thread a wake-up per event. Any other handler calls it as
+    every watch, on its event thread."""
+    setattr(watch, _INLINE, True)
+    return watch
+
+
 class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]  # (kazoo: untyped)
-    """kazoo's :class:`SequentialThreadingHandler` waiting with :func:`poll_select`."""
+    """kazoo's :class:`SequentialThreadingHandler` waiting with :func:`poll_select`, calling
+    :func:`inline` watches at once."""
+
+    def dispatch_callback(self, callback: Any) -> None:
+        if getattr(callback.func, _INLINE, False):
+            try:
+                callback.func(*callback.args)
+            except Exception:  # as kazoo's event thread would: log it and go on
+                _log.exception("inline watch %r failed", callback.func)
+            return
+        super().dispatch_callback(callback)
 
     def select(self, *args: Any, **kwargs: Any) -> tuple[list[Any], list[Any], list[Any]]:
         return poll_select(*args, **kwargs)

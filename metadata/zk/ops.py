@@ -7,7 +7,8 @@
 - retries transient failures with tenacity (bounded: ``max_attempts``, ``retry_deadline_s``) and
   maps every other kazoo error to a :class:`~metadata.zk.errors.ZkStoreError` naming the path
   (:mod:`metadata.zk.retry`);
-- reads many nodes in multiRead batches (:mod:`metadata.zk.multiread`);
+- reads many nodes in multiRead batches (:mod:`metadata.zk.multiread`), reads leaving a watch
+  and sends two requests in one round trip (:mod:`metadata.zk.pipelined`);
 - refuses, before sending, any request ZooKeeper would reject for its size (ZooKeeper reports
   those as a lost connection, which would otherwise be retried forever): :class:`NodeTooLarge`;
 - counts write operations (``ops``: creates, sets and deletes, including those inside
@@ -34,6 +35,7 @@ from kazoo.security import ACL
 
 from metadata.zk.errors import NodeExists, NodeTooLarge
 from metadata.zk.multiread import Found, read_batched, read_each
+from metadata.zk.pipelined import PipelinedReads
 from metadata.zk.retry import NotConnected, call_with_retries
 from metadata.zk.transaction import Op, add_to, batches, rejection
 
@@ -49,7 +51,7 @@ SAFE_REQUEST_BYTES = 1_000_000
 _OP_OVERHEAD = 64
 
 
-class ZkOps:
+class ZkOps(PipelinedReads):
     """Runs the store's ZooKeeper operations (see the module docstring)."""
 
     def __init__(

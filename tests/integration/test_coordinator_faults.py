@@ -688,15 +688,23 @@ class _FlakyJoin(ZkMetadataStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        join = self.barriers.join
+        join, join_and_watch = self.barriers.join, self.barriers.join_and_watch
 
-        def flaky_join(version: int, processor_id: str) -> None:
+        def fail_once(version: int) -> None:
             if self.failures == 0:
                 self.failures += 1
                 raise StoreUnavailable(self.layout.barrier(version), "join barrier: no answer")
+
+        def flaky_join(version: int, processor_id: str) -> None:
+            fail_once(version)
             join(version, processor_id)
 
+        def flaky_join_and_watch(version: int, processor_id: str, *args: Any, **kw: Any) -> Any:
+            fail_once(version)  # (a join sent with the barrier's first read)
+            return join_and_watch(version, processor_id, *args, **kw)
+
         self.barriers.join = flaky_join  # type: ignore[method-assign]
+        self.barriers.join_and_watch = flaky_join_and_watch  # type: ignore[method-assign]
 
 
 def test_a_processor_retries_a_version_it_failed_to_follow(zk_server: ZooKeeperServer) -> None:

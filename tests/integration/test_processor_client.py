@@ -21,7 +21,7 @@ from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
 from coordinator.protocol.rules import gaining_processors, losing_processors
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
-from metadata.zk import LeaderEpoch, ZkMetadataStore
+from metadata.zk import LeaderEpoch, Watch, ZkMetadataStore
 from metadata.zk.chunks import view_index
 
 pytestmark = pytest.mark.zk
@@ -72,6 +72,7 @@ def processors(
         store = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
         recorder = Recorder()
         read_container, join_barrier = store.job_models.read_container, store.barriers.join
+        join_and_watch = store.barriers.join_and_watch
 
         def reading(version: int, processor_id: str, **kwargs: Any) -> ContainerModel | None:
             recorder.add("read", version)
@@ -81,8 +82,13 @@ def processors(
             recorder.add("join", version)
             join_barrier(version, processor_id)
 
+        def joining_and_watching(version: int, processor_id: str, *args: Any, **kw: Any) -> Watch:
+            recorder.add("join", version)  # (a join sent with the barrier's first read)
+            return join_and_watch(version, processor_id, *args, **kw)
+
         store.job_models.read_container = reading  # type: ignore[method-assign]
         store.barriers.join = joining  # type: ignore[method-assign]
+        store.barriers.join_and_watch = joining_and_watching  # type: ignore[method-assign]
         client = ProcessorClient(
             store.client,
             store,
@@ -196,9 +202,11 @@ def test_an_unchanged_processor_reads_no_container_and_writes_no_locality(
     assert gainer_log.order(2) == ["join", "read", "start"]
     assert set(keeper.running) == {"Partition 0", "Partition 1"}
     assert set(gainer.running) == {"Partition 2", "Partition 3"}
-    # The keeper's one write is its join; its reads: the manifest (no container, no locality).
+    # The keeper's one write is its join; its reads: the version pointer (re-arming its watch),
+    # the manifest and the barrier's state (sent with the join, and once decided); no container,
+    # no locality.
     assert keeper.group.store.ops - keeper_ops[0] == 1
-    assert keeper.group.store.reads - keeper_ops[1] == 1
+    assert keeper.group.store.reads - keeper_ops[1] == 4
 
 
 def test_a_processor_behind_the_base_reads_first(

@@ -26,27 +26,25 @@ as a primitive. The chunks and views are written by :class:`~metadata.zk.fenced.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 import orjson
 from kazoo.protocol.states import ZnodeStat
-from kazoo.recipe.watchers import DataWatch
 
 from metadata.columns import ModelColumns
-from metadata.errors import CorruptDataError
 from metadata.model import ContainerModel, JobModel
 from metadata.serde import JobModelDocument
 from metadata.zk.chunks import ChunkRef, Manifest, decode_document, split_blob
 from metadata.zk.errors import FencedOut, NotFound, TransactionRejected, WriteConflict, ZkStoreError
 from metadata.zk.fenced import Fence, PartWriter
-from metadata.zk.layout import JobLayout, parse_int_name
+from metadata.zk.layout import JobLayout
 from metadata.zk.ops import Op, ZkOps
 from metadata.zk.recipe.barriers import Barriers
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
+from metadata.zk.recipe.pointer import VersionPointer
 from metadata.zk.recipe.views import read_container
 from metadata.zk.viewcodec import container_views, with_views
-from metadata.zk.watch import Watch
 
 __all__ = ["LOSING_LIMIT", "JobModelStore"]
 
@@ -64,7 +62,7 @@ class _Encoded:
     views: list[tuple[ChunkRef, bytes]]
 
 
-class JobModelStore:
+class JobModelStore(VersionPointer):
     """Publishes, reads and removes the versioned job models of one job.
 
     Example, with a :class:`~metadata.zk.ZkMetadataStore` ``store``::
@@ -97,54 +95,6 @@ class JobModelStore:
         self._chunk_size = chunk_size
         self._retention = retention
         self._level = compression_level
-
-    # ---------------------------------------------------------------- the version pointer
-
-    def _parse_version(self, data: bytes) -> int | None:
-        text = data.decode("ascii", errors="replace").strip()
-        if not text:
-            return None
-        version = parse_int_name(text)
-        if version is None:
-            raise CorruptDataError(
-                self._layout.job_model_version, f"not a job-model version: {text[:40]!r}"
-            )
-        return version
-
-    def _read_version(self) -> tuple[int | None, ZnodeStat]:
-        path = self._layout.job_model_version
-        found = self._ops.get(path, "read job model version")
-        if found is None:
-            raise NotFound(path, "the job folder is not set up (no jobModelVersion node)")
-        return self._parse_version(found[0]), found[1]
-
-    def latest_version(self) -> int | None:
-        """The latest published version, or None if none was published (or there is no job)."""
-        found = self._ops.get(self._layout.job_model_version, "read job model version")
-        return None if found is None else self._parse_version(found[0])
-
-    def versions(self) -> list[int]:
-        """The versions stored under ``jobModels/``, sorted (committed or not)."""
-        names = self._ops.children(self._layout.job_models, "list job models") or []
-        return sorted(v for v in map(parse_int_name, names) if v is not None)
-
-    def watch_version(self, callback: Callable[[int | None], None]) -> Watch:
-        """Call ``callback(latest version or None)`` now and on every change."""
-        path = self._layout.job_model_version
-        watch = Watch(self._ops.log, "jobModelVersion", path)
-
-        def on_data(data: bytes | None, stat: ZnodeStat | None) -> bool:
-            try:
-                version = None if data is None else self._parse_version(data)
-            except CorruptDataError:
-                self._ops.log.exception("zk.job_model_version_corrupt", path=path)
-                return not watch.stopped
-            return watch.deliver(callback, version)
-
-        self._ops.call(
-            "watch job model version", path, lambda: DataWatch(self._ops.client, path, on_data)
-        )
-        return watch
 
     # ---------------------------------------------------------------- publishing
 
@@ -313,16 +263,7 @@ class JobModelStore:
 
     def read_manifest(self, version: int) -> Manifest:
         """The manifest of committed job model ``version`` (NotFound if not committed)."""
-        path = self._layout.job_model(version)
-        found = self._ops.get(path, f"read job model {version}")
-        if found is None:
-            raise NotFound(path, f"job model version {version} does not exist")
-        if not found[0]:
-            raise NotFound(path, f"job model version {version} is not committed")
-        manifest = Manifest.from_bytes(found[0], path)
-        if manifest.version != version:
-            raise CorruptDataError(path, f"manifest describes version {manifest.version}")
-        return manifest
+        return self.read_manifest_head(version).manifest()
 
     def read_container(
         self, version: int, processor_id: str, *, manifest: Manifest | None = None
