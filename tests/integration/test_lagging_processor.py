@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -34,8 +35,9 @@ from metadata.model import (
     SystemStreamPartition,
     TaskModel,
 )
-from metadata.zk import Manifest, ZkMetadataStore, connect
+from metadata.zk import ZkMetadataStore, connect
 from metadata.zk.errors import StoreUnavailable
+from metadata.zk.recipe.manifests import ManifestHead
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 
@@ -92,15 +94,12 @@ class LaggingProcessor:
 
     def _wrap_store(self) -> None:
         job_models, barriers = self.store.job_models, self.store.barriers
-        read_manifest, read_container, join = (
-            job_models.read_manifest,
-            job_models.read_container,
-            barriers.join,
-        )
+        read_head, read_container = job_models.read_manifest_head, job_models.read_container
+        join, join_and_watch = barriers.join, barriers.join_and_watch
 
-        def reading_manifest(version: int) -> Manifest:
+        def reading_manifest(version: int) -> ManifestHead:
             self.before_manifest(version)
-            return read_manifest(version)
+            return read_head(version)
 
         def reading(version: int, processor_id: str, **kwargs: object) -> ContainerModel | None:
             self.steps.append(("read", version))
@@ -110,9 +109,14 @@ class LaggingProcessor:
             self.steps.append(("join", version))
             join(version, processor_id)
 
-        job_models.read_manifest = reading_manifest  # type: ignore[method-assign]
+        def joining_and_watching(version: int, *args: Any, **kwargs: Any) -> Any:
+            self.steps.append(("join", version))
+            return join_and_watch(version, *args, **kwargs)
+
+        job_models.read_manifest_head = reading_manifest  # type: ignore[method-assign]
         job_models.read_container = reading  # type: ignore[method-assign]
         barriers.join = joining  # type: ignore[method-assign]
+        barriers.join_and_watch = joining_and_watching  # type: ignore[method-assign]
 
     def start(self) -> None:
         self._thread.start()

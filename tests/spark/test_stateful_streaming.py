@@ -61,21 +61,29 @@ def job_config(
     tmp: Path,
     name: str,
     grouper_options: dict[str, Any] | None = None,
-    tasks: int = TASKS,
+    partitions: int = 1,
+    elasticity: int = TASKS,
 ) -> JobConfig:
     return load_config(
         data={
             "job": {"name": name, "id": "1", "run_id": "r1"},
             "zookeeper": {"connect": zk.hosts, "root": "/affinity-streaming"},
-            "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],
-            "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": tasks}},
+            "inputs": [{"system": "spark", "stream": "clicks", "partitions": partitions}],
+            "ssp_grouper": {
+                "name": "group-by-partition",
+                "options": {"elasticity_factor": elasticity},
+            },
             "grouper": {"name": "host-affinity", "options": grouper_options or {}},
             "coordinator": {
                 "debounce_ms": 100,
                 "debounce_max_ms": 1000,
                 "barrier_timeout_ms": 20000,
             },
-            "state": {"checkpoint_dir": str(tmp / "durable"), "local_dir": str(tmp / "local")},
+            "state": {
+                "checkpoint_dir": str(tmp / "durable"),
+                "local_dir": str(tmp / "local"),
+                "max_parallelism": 768,  # a multiple of every task count used here (8, 6)
+            },
         },
         environ={},
     )

@@ -34,7 +34,7 @@ LOST = "127.0.0.4"
 #: Two tasks per executor: the grouper splits each executor's standby copies evenly over the
 #: others, so the lost executor's tasks fit at their copies within balance (with 8 tasks on 3
 #: executors, a survivor could hold one task more than its share and leave one lost task cold).
-TASKS = 6
+TASKS = 6  # 3 input partitions x elasticity factor 2
 
 
 def wait_gone(app: SparkApp, host: str) -> None:
@@ -55,7 +55,7 @@ def test_a_lost_host_s_tasks_resume_warm_at_their_standby_copies(
 ) -> None:
     name = f"clicks-standby-{standby_replicas}"
     options = {"standby_replicas": standby_replicas}
-    config = job_config(zk_server, tmp_path, name, options, tasks=TASKS)
+    config = job_config(zk_server, tmp_path, name, options, partitions=3, elasticity=2)
     files = ClickFiles(tmp_path / "in")
     sink = Sink()
     handler: StatefulQuery = stateful_foreach_batch(
