@@ -18,21 +18,18 @@ member group's fetch of the latest version it joins barrier 1.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from polling import model, wait_for
 
 from coordinator.demo.ensemble import ZooKeeperEnsemble
 from coordinator.member.processor import ProcessorClient
 from metadata.model import (
     BarrierState,
     ContainerModel,
-    FrozenMap,
-    JobModel,
-    SystemStreamPartition,
     TaskModel,
 )
 from metadata.zk import ZkMetadataStore, connect
@@ -45,26 +42,6 @@ LAGGING = 2
 #: The follower catches up this long after version 2 is published: after the processor's resync
 #: (RESYNC_DELAY_S, 1 s) has read the latest version.
 HEAL_AFTER_S = 4.0
-
-
-def task(i: int) -> TaskModel:
-    return TaskModel(f"Partition {i}", frozenset({SystemStreamPartition("kafka", "events", i)}), i)
-
-
-def model(version: int, owners: Mapping[str, list[int]]) -> JobModel:
-    containers = {
-        pid: ContainerModel(pid, f"host-{pid}", FrozenMap({task(i).name: task(i) for i in ids}))
-        for pid, ids in owners.items()
-    }
-    return JobModel(version, FrozenMap(containers))
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 class LaggingProcessor:
@@ -147,7 +124,7 @@ def test_a_processor_on_a_lagging_follower_starts_the_new_version(
     leader.ensure_layout()
     epoch = leader.epochs.acquire()
     processor = LaggingProcessor(ensemble, folder)
-    v2 = model(2, {"p1": [0, 1], "p2": [2, 3]})
+    v2 = model(2, {"p1": [0, 1], "p2": [2, 3]}, location="host-{}", stream="events")
     failed: list[int] = []
     heal = threading.Timer(HEAL_AFTER_S, ensemble.heal)
 
@@ -167,7 +144,11 @@ def test_a_processor_on_a_lagging_follower_starts_the_new_version(
     try:
         processor.start()
         wait_for(lambda: leader.processors.locality() == {"p1": "host-p1"})
-        leader.job_models.publish(model(1, {"p1": [0, 1, 2, 3]}), epoch=epoch, participants=["p1"])
+        leader.job_models.publish(
+            model(1, {"p1": [0, 1, 2, 3]}, location="host-{}", stream="events"),
+            epoch=epoch,
+            participants=["p1"],
+        )
         wait_for(lambda: failed == [1])
         assert processor.store.job_models.latest_version() == 1  # its server does lag
         wait_for(

@@ -10,46 +10,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
+from polling import model, wait_for
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from coordinator.member.group import MemberGroup
 from metadata.model import (
     BarrierState,
-    ContainerModel,
-    FrozenMap,
-    JobModel,
-    SystemStreamPartition,
-    TaskModel,
 )
 from metadata.zk import LeaderEpoch, ZkMetadataStore
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 
 FOLDER = "/affinity-test/member-watches"
-
-
-def task(i: int) -> TaskModel:
-    return TaskModel(f"Partition {i}", frozenset({SystemStreamPartition("kafka", "in", i)}), i)
-
-
-def model(version: int, tasks: Mapping[str, list[int]]) -> JobModel:
-    containers = {
-        pid: ContainerModel(pid, f"loc-{pid}", FrozenMap({task(i).name: task(i) for i in mine}))
-        for pid, mine in tasks.items()
-    }
-    return JobModel(version, FrozenMap(containers))
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import structlog.testing
 from kazoo.client import KazooClient
+from polling import wait_for
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
@@ -109,14 +110,6 @@ def processors(
         stop.set()
     for thread in threads:
         thread.join(10)
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def publish_and_complete(

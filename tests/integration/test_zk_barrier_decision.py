@@ -8,20 +8,13 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
+from polling import wait_for
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import BarrierState, ContainerModel, FrozenMap, JobModel
 from metadata.zk import LeaderEpoch, NotFound, StoreUnavailable, WriteConflict, ZkMetadataStore
 
 pytestmark = pytest.mark.zk
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def publish(store: ZkMetadataStore, epoch: LeaderEpoch, version: int) -> None:

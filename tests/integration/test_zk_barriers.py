@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
+from polling import wait_for
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.errors import CorruptDataError
@@ -17,14 +18,6 @@ from metadata.zk import LeaderEpoch, NotFound, WriteConflict, ZkMetadataStore
 pytestmark = pytest.mark.zk
 
 PROCESSORS = ["p-1", "p-2", "zone/a b"]
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -10,19 +10,12 @@ from collections.abc import Callable
 import pytest
 import structlog.testing
 from kazoo.client import KazooClient
+from polling import wait_for
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.zk import ZkMetadataStore
 
 pytestmark = pytest.mark.zk
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_register_and_read_processor_locality(zk_store: ZkMetadataStore) -> None:
