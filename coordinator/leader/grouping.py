@@ -28,7 +28,7 @@ from groupers import GrouperMetadata
 from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 
-__all__ = ["run_grouper", "run_recheck", "with_task_state"]
+__all__ = ["grouper_answer", "run_grouper", "run_recheck", "with_task_state"]
 
 
 def with_task_state(store: ZkMetadataStore, metadata: GrouperMetadata, log: Any) -> GrouperMetadata:
@@ -41,6 +41,26 @@ def with_task_state(store: ZkMetadataStore, metadata: GrouperMetadata, log: Any)
     lags = store.standby_lag.read(live, on_corrupt=skip)
     state = task_state(lags, metadata.previous_task_to_processor, live)
     return replace(metadata, task_state=state)
+
+
+def grouper_answer(
+    worker: GrouperWorker,
+    store: ZkMetadataStore,
+    action: RunGrouper | RunRecheck,
+    *,
+    timeout_s: float,
+    metrics: CoordinatorMetrics,
+    log: Any,
+    clock: Callable[[], float] = time.monotonic,
+) -> GrouperFinished | RecheckFinished:
+    """The machine's event for a :class:`RunGrouper` or a :class:`RunRecheck`."""
+    if isinstance(action, RunRecheck):
+        return run_recheck(
+            worker, action, timeout_s=timeout_s, metrics=metrics, log=log, clock=clock
+        )
+    return run_grouper(
+        worker, store, action, timeout_s=timeout_s, metrics=metrics, log=log, clock=clock
+    )
 
 
 def run_grouper(

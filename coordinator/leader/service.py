@@ -47,7 +47,7 @@ from coordinator.leader.backoff import (
     retrying,
 )
 from coordinator.leader.grouper_worker import GrouperWorker
-from coordinator.leader.grouping import run_grouper, run_recheck
+from coordinator.leader.grouping import grouper_answer
 from coordinator.leader.job_state import read_job_state
 from coordinator.leader.rebalances import RebalanceRecorder
 from coordinator.leader.reporting import report, report_barrier, report_published
@@ -335,8 +335,8 @@ class CoordinatorService:
             action = pending.pop(0)
             if isinstance(action, ScheduleWakeup):
                 wakeup = action.at if wakeup is None else min(wakeup, action.at)
-            elif isinstance(action, RunGrouper):
-                finished = run_grouper(
+            elif isinstance(action, RunGrouper | RunRecheck):
+                answer = grouper_answer(
                     self.grouper,
                     self.store,
                     action,
@@ -345,17 +345,7 @@ class CoordinatorService:
                     log=log,
                     clock=self.clock,
                 )
-                pending.extend(core.handle(finished))
-            elif isinstance(action, RunRecheck):
-                answered = run_recheck(
-                    self.grouper,
-                    action,
-                    timeout_s=self.grouper_timeout_s,
-                    metrics=self.metrics,
-                    log=log,
-                    clock=self.clock,
-                )
-                pending.extend(core.handle(answered))
+                pending.extend(core.handle(answer))
             elif isinstance(action, PublishJobModel):
                 self._publish(action, log)
                 # The barrier deadline counts from now, not from before a slow publish.

@@ -282,7 +282,7 @@ class StatefulQuery:
         report = replace(report, standby=standby, seconds=time.perf_counter() - began)
         self.reports.append(report)
         figures = {k: v for k, v in report.__dict__.items() if k != "standby"}
-        self.log.info("streaming.batch", **figures, **_standby_figures(standby))
+        self.log.info("streaming.batch", **figures, **standby.figures())
         return report
 
     def _task_batches(
@@ -330,17 +330,6 @@ class StatefulQuery:
         where = {t: location_of[e] for t, e in ran_on.items() if e is not None and e in location_of}
         if where and self._store is not None:
             self._store.locality.write(where)
-
-
-def _standby_figures(stage: StandbyStage) -> dict[str, object]:
-    if not stage.copies:
-        return {}
-    return {
-        "standby_copies": stage.copies,
-        "standby_refreshed": stage.refreshed,
-        "standby_bytes": stage.bytes_applied,
-        "standby_s": round(stage.seconds, 3),
-    }
 
 
 def _cause(exc: BaseException) -> str:

@@ -39,6 +39,17 @@ class StandbyStage:
     bytes_applied: int  # checkpoint bytes copied to standby hosts
     seconds: float
 
+    def figures(self) -> dict[str, object]:
+        """What a batch's log line says of the stage (nothing without standbys)."""
+        if not self.copies:
+            return {}
+        return {
+            "standby_copies": self.copies,
+            "standby_refreshed": self.refreshed,
+            "standby_bytes": self.bytes_applied,
+            "standby_s": round(self.seconds, 3),
+        }
+
 
 NO_STANDBYS = StandbyStage(0, 0, 0, 0, 0.0)
 
