@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 from polling import wait_for
+from zkrequests import requests_sent
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import BarrierState, ContainerModel, FrozenMap, JobModel
@@ -47,19 +48,6 @@ def fail(exc: Exception) -> None:
     raise AssertionError(f"unexpected error: {exc!r}")
 
 
-def count_requests(client: KazooClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every request ``client`` sends from now on, by kind (watch re-reads included)."""
-    sent: list[str] = []
-    original = client._call
-
-    def counted(request: object, async_object: object) -> object:
-        sent.append(type(request).__name__)
-        return original(request, async_object)
-
-    monkeypatch.setattr(client, "_call", counted)
-    return sent
-
-
 def test_join_and_watch_joins_reads_new_then_done_and_nothing_after(
     leader: tuple[ZkMetadataStore, LeaderEpoch],
     member: Callable[[], ZkMetadataStore],
@@ -67,7 +55,7 @@ def test_join_and_watch_joins_reads_new_then_done_and_nothing_after(
 ) -> None:
     store, epoch = leader
     processor = member()
-    sent = count_requests(processor.client, monkeypatch)
+    sent = requests_sent(processor.client, monkeypatch)
     states: list[BarrierState | None] = []
     writes, reads = processor.ops, processor.reads
     watch = processor.barriers.join_and_watch(1, "p-1", states.append, fail)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
+from zkrequests import requests_sent
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import ContainerModel, FrozenMap, JobModel
@@ -22,18 +23,6 @@ def publish(store: ZkMetadataStore, version: int) -> None:
     store.job_models.publish(model, epoch=epoch, participants=["p-1"], base=version - 1)
 
 
-def sent_by(client: KazooClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    original = client._call
-
-    def counted(request: object, async_object: object) -> object:
-        sent.append(type(request).__name__)
-        return original(request, async_object)
-
-    monkeypatch.setattr(client, "_call", counted)
-    return sent
-
-
 def test_the_guessed_manifest_comes_with_the_pointer_and_is_read_once(
     zk_store: ZkMetadataStore,
     zk_server: ZooKeeperServer,
@@ -43,7 +32,7 @@ def test_the_guessed_manifest_comes_with_the_pointer_and_is_read_once(
     publish(zk_store, 1)
     publish(zk_store, 2)
     processor = ZkMetadataStore(zk_connect(zk_server.hosts), zk_store.layout.folder, run_id="run-1")
-    sent = sent_by(processor.client, monkeypatch)
+    sent = requests_sent(processor.client, monkeypatch)
     changed = threading.Event()
 
     assert processor.job_models.latest_version(watch=lambda _e: changed.set(), guess=2) == 2
