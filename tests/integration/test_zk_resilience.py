@@ -17,6 +17,7 @@ from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPart
 from metadata.serde import dump_job_model
 from metadata.zk import NodeTooLarge, StoreUnavailable, ZkMetadataStore
 from metadata.zk.chunks import split_blob
+from metadata.zk.connection import EagerConnection
 from metadata.zk.handler import PollingHandler
 
 pytestmark = pytest.mark.zk
@@ -179,6 +180,7 @@ def test_clients_wait_with_poll_and_ride_out_a_restart(
 ) -> None:
     client = zk_connect(zk_private_server.hosts, session_timeout_s=30.0)
     assert isinstance(client.handler, PollingHandler)
+    assert isinstance(client._connection, EagerConnection)  # reads first, polls on EAGAIN
     client.create("/polled", b"1")
     zk_private_server.restart(hard=True, down_s=0.5)
     deadline = time.monotonic() + 20
