@@ -40,6 +40,9 @@ def _measures(row: Any) -> list[object]:
         ms(beyond),
         f"{ms(row.median(lambda d: d.gone_to_published) - row.debounce_s)} "
         f"({ms(row.median(lambda d: d.cpu_coordinator_published))} CPU)",
+        ms(row.median(lambda d: d.grouper)),
+        f"+{ms(row.median(lambda d: d.returned_late))} / "
+        f"+{ms(row.median(lambda d: d.observed_late))}",
         ms(row.median(lambda d: d.published_to_done)),
         f"+{row.median(lambda d: d.first_join) * 1000:,.0f} .. "
         f"+{row.median(lambda d: d.last_join) * 1000:,.0f} ms",
@@ -69,6 +72,8 @@ HEADERS = [
     "death -> DONE",
     "beyond debounce",
     "coordinator's part beyond debounce (its CPU)",
+    "of which the grouper run",
+    "after the commit: the leader's publish returned / an observer saw it",
     "published -> DONE",
     "joins after publish",
     "CPU to DONE: processors / coordinator / ZooKeeper",
@@ -135,11 +140,17 @@ def report(rows: list[Any], deaths: int, seconds: float, command: str) -> str:
         "wall-clock figures move with the load (the 1-minute load average at each death is "
         "given); the CPU figures do not, and the goals are judged on them.\n\n"
         "- **beyond debounce**: death -> DONE minus the debounce. **coordinator's part**: death "
-        "-> published (v+1 visible) minus the debounce: read the processors, run the grouper, "
-        "publish in one fenced transaction; its CPU: the coordinator's side (this process, "
-        "observer included, and the grouper's process) from the death to the publish. "
-        "**published -> DONE**: the survivors' part; "
-        "**joins after publish**: the first and the last join, by ZooKeeper's clock.\n"
+        "-> published minus the debounce: notice the death, read the processors, run the "
+        "grouper, publish in one fenced transaction; its CPU: the coordinator's side (this "
+        "process, observer included, and the grouper's process) from the death to the publish. "
+        "**of which the grouper run**: the leader's own figure (its rebalance history). "
+        "Published (the commit) and DONE are taken by ZooKeeper's clock, the mtimes of the "
+        "version pointer and of the barrier state (the death by this machine's clock, when its "
+        "node is seen gone). At large P the commit wakes every survivor at once: the leader's "
+        "publish call returns later, and an observer's watch sees the new version later still "
+        "(its event and its read queue behind a thousand survivors'); both lags are given "
+        "(**after the commit**). **published -> DONE**: the survivors' part; "
+        "**joins after publish**: the first and the last join.\n"
         "- **CPU to DONE**: CPU used from the death to DONE by the worker processes (all "
         "survivors), the coordinator's side (this process and the grouper's) and the ZooKeeper "
         "server. **bound**: their sum over the cores, the least wall time this machine needs "

@@ -104,6 +104,9 @@ class Death:
     last_join: float = 0.0
     last_join_to_done: float = 0.0
     load: float = 0.0  # 1-minute load average at the death
+    grouper: float = 0.0  # the leader's grouper run (its rebalance history)
+    returned_late: float = 0.0  # after the commit: the leader's publish call returned
+    observed_late: float = 0.0  # after the commit: an observer's watch saw it
 
     @property
     def cpu_to_done(self) -> float:
@@ -360,27 +363,37 @@ class Job:
             while self.observer.exists(node) is not None:
                 time.sleep(0.001)
             seen["gone"] = time.perf_counter()
+            seen["gone_wall"] = time.time()  # beside ZooKeeper's clock: the same machine
 
         poller = threading.Thread(target=poll_gone, name="poll-gone", daemon=True)
         poller.start()
         return seen, done, poller
 
-    def joins(self, target: int) -> tuple[float, float, float]:
-        """By ZooKeeper's clock: the first and the last join after the publish, and DONE after
-        the last join (seconds)."""
+    def zk_moments(self, target: int) -> dict[str, float]:
+        """By ZooKeeper's clock (UNIX seconds): the commit of version ``target`` (the version
+        pointer's mtime), the first and last join of its barrier, and its decision. An observer's
+        watch sees the commit late at large P (its event and read queue behind a thousand
+        survivors'), so the times are taken from the nodes themselves."""
         layout = self.view.layout
-        published_ms = self.observer.get(layout.job_model_version)[1].mtime
-        done_ms = self.observer.get(layout.barrier_state(target))[1].mtime
         folder = layout.barrier_participants(target)
         joins = sorted(
             self.observer.get(f"{folder}/{name}")[1].ctime
             for name in self.observer.get_children(folder)
         )
-        return (
-            (joins[0] - published_ms) / 1000,
-            (joins[-1] - published_ms) / 1000,
-            (done_ms - joins[-1]) / 1000,
-        )
+        return {
+            "published": self.observer.get(layout.job_model_version)[1].mtime / 1000,
+            "done": self.observer.get(layout.barrier_state(target))[1].mtime / 1000,
+            "first_join": joins[0] / 1000,
+            "last_join": joins[-1] / 1000,
+        }
+
+    def leader_saw(self, target: int) -> tuple[float, float]:
+        """From the leader's rebalance history of ``target``: its grouper run (seconds) and when
+        its publish call returned (UNIX seconds)."""
+        for entry in self.view.history.read(limit=5):
+            if entry.version == target:
+                return entry.phases.get("grouper") or 0.0, entry.published_at
+        raise AssertionError(f"no rebalance history entry for version {target}")
 
     def kill(self, victim: str) -> Death:
         before_version = self.view.job_models.latest_version()
@@ -402,7 +415,8 @@ class Job:
         cpu_done = self.cpu()
         if seen["state"] != 1.0:
             raise AssertionError(f"barrier {target} was not DONE")
-        first_join, last_join, last_join_to_done = self.joins(target)
+        zk = self.zk_moments(target)
+        grouper, returned = self.leader_saw(target)
         self.wait_settled()
         cpu_settled, settled_at = self.cpu()[0], time.perf_counter()
         after = self.counters()
@@ -411,9 +425,9 @@ class Job:
             raise AssertionError(f"v{target} still names the dead {victim}")
         used = [a - b for a, b in zip(cpu_done, cpu_before, strict=True)]
         return Death(
-            gone_to_published=seen["published"] - seen["gone"],
-            published_to_done=seen["done"] - seen["published"],
-            gone_to_done=seen["done"] - seen["gone"],
+            gone_to_published=zk["published"] - seen["gone_wall"],
+            published_to_done=zk["done"] - zk["published"],
+            gone_to_done=zk["done"] - seen["gone_wall"],
             coordinator_writes=after[0] - before[0],
             coordinator_reads=after[1] - before[1],
             processor_writes=after[3] - before[3],
@@ -428,10 +442,14 @@ class Job:
             idle_rebalance=idle * (settled_at - killed_at),
             coordinator_requests=after[2] - before[2],
             processor_requests=after[5] - before[5],
-            first_join=first_join,
-            last_join=last_join,
-            last_join_to_done=last_join_to_done,
+            first_join=zk["first_join"] - zk["published"],
+            last_join=zk["last_join"] - zk["published"],
+            last_join_to_done=zk["done"] - zk["last_join"],
             load=load,
+            grouper=grouper,
+            returned_late=returned - zk["published"],
+            observed_late=(seen["published"] - seen["gone"])
+            - (zk["published"] - seen["gone_wall"]),
         )
 
 

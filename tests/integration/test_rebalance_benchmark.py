@@ -28,6 +28,15 @@ def test_quick_rebalance_benchmark_writes_its_section(tmp_path: Path) -> None:
         assert abs(done - 200 - beyond) <= 1  # the debounce is 200 ms
         part = row["coordinator's part beyond debounce (its CPU)"]
         assert 0 <= milliseconds(part) <= beyond + 1 and part.endswith(" ms CPU)")
+        # The leader's grouper run fits in its part; what comes after the commit is beside it.
+        assert 0 < milliseconds(row["of which the grouper run"]) <= milliseconds(part)
+        returned, observed = (
+            milliseconds(cell.strip().lstrip("+"))
+            for cell in row[
+                "after the commit: the leader's publish returned / an observer saw it"
+            ].split(" / ")
+        )
+        assert returned >= -20 and observed >= -20  # (ZooKeeper's clock has milliseconds)
         assert int(row["moved"].replace(",", "")) > 0
         first, last = (
             int(cell.strip().lstrip("+").removesuffix(" ms").replace(",", ""))
