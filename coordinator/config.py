@@ -13,13 +13,14 @@ Every key can also come from the environment, so a pod can be configured from a 
 Secret: ``AFFINITY_<SECTION>__<KEY>`` (e.g. ``AFFINITY_COORDINATOR__DEBOUNCE_MS=500``) and the
 short names in :data:`ENV_ALIASES` (e.g. ``AFFINITY_ZK_CONNECT``). The environment wins over the
 file. A bad value raises :class:`ConfigError` naming the key, e.g.
-``coordinator.debounce_ms: Input should be greater than or equal to 0 (got -5)``.
+``coordinator.debounce_ms: Input should be greater than or equal to 0 (got -5)``
+(:mod:`coordinator.config_errors`: never a credential).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -43,6 +44,13 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from coordinator.config_errors import (
+    MAX_ECHO_CHARS,
+    STORE_LIMIT,
+    format_errors,
+    scrub,
+    secrets_given,
+)
 from coordinator.config_file import (
     MAX_CONFIG_BYTES,
     MAX_YAML_DEPTH,
@@ -57,18 +65,13 @@ from metadata.zk.store import MAX_TASKS
 __all__ = [
     "ENV_ALIASES",
     "MAX_CONFIG_BYTES",
+    "MAX_ECHO_CHARS",
     "MAX_YAML_DEPTH",
     "MAX_YAML_NODES",
     "ConfigError",
     "JobConfig",
     "load_config",
 ]
-
-
-#: The error type of a job above what the metadata store holds (its message names the key).
-_STORE_LIMIT = "store_limit"
-#: An echoed value ("got ...") is cut to this many characters.
-MAX_ECHO_CHARS = 80
 
 
 def _no_bool(value: Any) -> Any:
@@ -330,54 +333,7 @@ class JobConfig(BaseSettings):
                 f"inputs: {partitions:,} partitions in all, above the limit of {MAX_TASKS:,} "
                 "the metadata store holds"
             )
-        raise PydanticCustomError(_STORE_LIMIT, message)
-
-
-#: Where the credentials live: values at these paths (and unknown keys beside them, a mistyped
-#: ``auth``) are never echoed in an error.
-_SECRET_PATHS = {(), ("zookeeper",), ("zookeeper", "auth")}
-_SECRET_ENV = {"AFFINITY_ZK_AUTH", "AFFINITY_ZOOKEEPER__AUTH"}
-
-
-def _secrets(file_data: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
-    """The credential strings given (whole, and the password part), longest first."""
-    found: list[str] = []
-    section = file_data.get("zookeeper")
-    if isinstance(section, Mapping) and isinstance(section.get("auth"), str):
-        found.append(section["auth"])
-    found += [v for k, v in environ.items() if k.upper() in _SECRET_ENV]
-    found += [value.partition(":")[2] for value in found]
-    return sorted({value for value in found if len(value) >= 3}, key=len, reverse=True)
-
-
-def _scrub(text: str, secrets: Iterable[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-def _echo(loc: tuple[Any, ...], kind: str, value: Any) -> str:
-    """`` (got <value>)``, cut to MAX_ECHO_CHARS; nothing for credentials or whole sections."""
-    if kind == "missing" or isinstance(value, dict):
-        return ""
-    if loc in _SECRET_PATHS or (loc[:1] == ("zookeeper",) and kind == "extra_forbidden"):
-        return " (value not shown)"
-    text = repr(value)
-    if len(text) > MAX_ECHO_CHARS:
-        text = f"{text[:MAX_ECHO_CHARS]}... ({len(text)} characters)"
-    return f" (got {text})"
-
-
-def _format_errors(exc: ValidationError, source: str, secrets: Iterable[str]) -> str:
-    lines = []
-    for err in exc.errors():
-        if err["type"] == _STORE_LIMIT:  # names its own key
-            lines.append(err["msg"])
-            continue
-        where = ".".join(str(p) for p in err["loc"]) or "<top level>"
-        message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        lines.append(f"{where}: {message}{_echo(tuple(err['loc']), err['type'], err.get('input'))}")
-    return _scrub(f"invalid configuration in {source}: " + "; ".join(lines), secrets)
+        raise PydanticCustomError(STORE_LIMIT, message)
 
 
 def load_config(
@@ -390,14 +346,14 @@ def load_config(
     source = str(path) if path is not None else "<data>"
     file_data = read_config_file(path) if path is not None else dict(data or {})
     env = dict(os.environ if environ is None else environ)
-    secrets = _secrets(file_data, env)
+    secrets = secrets_given(file_data, env)
     token = _SOURCES.set((file_data, env))
     try:
         return JobConfig()  # type: ignore[call-arg]  # fields come from the sources
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source, secrets)) from None
+        raise ConfigError(format_errors(exc, source, secrets)) from None
     except SettingsError as exc:  # an AFFINITY_<SECTION> value that is not JSON
         message = f"invalid configuration in the environment: {exc}"
-        raise ConfigError(_scrub(message, secrets)) from None
+        raise ConfigError(scrub(message, secrets)) from None
     finally:
         _SOURCES.reset(token)

@@ -22,8 +22,9 @@ order encode to the same bytes. Readers ignore unknown fields; a missing ``run_i
 ``config`` or ``location_id`` reads as in format 1, and so does a missing ``changelog_partition``
 or ``key_bucket`` column (all -1). Anything else wrong raises
 :class:`~metadata.errors.JobModelFormatError` naming the field, e.g. ``partitions.partition[3]:
-must be >= 0, got -1``. A container view (:mod:`metadata.zk.chunks`) is a format-2 document with
-some of the containers (and every stream).
+must be >= 0, got -1`` (the checks: :mod:`metadata.column_checks`). A container view
+(:mod:`metadata.zk.chunks`) is a format-2 document with some of the containers (and every
+stream).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, pairwise, repeat
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
+from metadata.column_checks import Columns, Entry, checked_body, duplicate_task
 from metadata.errors import JobModelFormatError
-from metadata.fields import JobModelDocument, as_int, as_obj, as_str, describe
+from metadata.fields import JobModelDocument, as_obj, as_str
 from metadata.fields import field as get
 from metadata.model import (
     ContainerModel,
@@ -161,126 +163,6 @@ def _container_entry(pid: str, block: _Block) -> dict[str, Any]:
 # ---------------------------------------------------------------- reading
 
 
-class _Entry(NamedTuple):
-    """A container of the document: its processor, location and rows (actives, then standbys)."""
-
-    pid: str
-    location: str | None
-    active: int
-    standby: int = 0
-
-    @property
-    def rows(self) -> int:
-        return self.active + self.standby
-
-
-def _column(
-    obj: Mapping[str, Any], key: str, path: str, kind: type, rows: int, *, optional: bool = False
-) -> list[Any]:
-    """Column ``key`` of ``obj``: a list of ``rows`` values of ``kind``; an ``optional`` one
-    may be missing: then it is all -1 (the format-1 default)."""
-    where = f"{path}.{key}"
-    if optional and key not in obj:
-        return [-1] * rows
-    value = get(obj, key, path)
-    if type(value) is not list:
-        raise JobModelFormatError(where, f"expected a list, got {describe(value)}")
-    if not all(type(item) is kind for item in value):
-        index, item = next((i, v) for i, v in enumerate(value) if type(v) is not kind)
-        expected = "an integer" if kind is int else "a string"
-        raise JobModelFormatError(f"{where}[{index}]", f"expected {expected}, got {describe(item)}")
-    if len(value) != rows:
-        raise JobModelFormatError(where, f"has {len(value)} rows, expected {rows}")
-    return value
-
-
-def _at_least(column: list[int], floor: int, where: str) -> None:
-    if column and min(column) < floor:
-        index = next(i for i, v in enumerate(column) if v < floor)
-        raise JobModelFormatError(f"{where}[{index}]", f"must be >= {floor}, got {column[index]}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Columns:
-    """The checked columns of a format-2 document."""
-
-    streams: list[tuple[str, str]]
-    names: list[str]
-    changelog: list[int]
-    counts: list[int]
-    stream: list[int]
-    partition: list[int]
-    bucket: list[int]
-
-
-def _streams(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
-    raw = get(obj, "streams", "")
-    if type(raw) is not list:
-        raise JobModelFormatError("streams", f"expected a list, got {describe(raw)}")
-    table = []
-    for i, pair in enumerate(raw):
-        if type(pair) is not list or len(pair) != 2:
-            raise JobModelFormatError(
-                f"streams[{i}]", f"expected [system, stream], got {describe(pair)}"
-            )
-        table.append((as_str(pair[0], f"streams[{i}][0]"), as_str(pair[1], f"streams[{i}][1]")))
-    return table
-
-
-def _columns(obj: Mapping[str, Any], task_rows: int) -> _Columns:
-    streams = _streams(obj)
-    tasks = as_obj(get(obj, "tasks", ""), "tasks")
-    names = _column(tasks, "name", "tasks", str, task_rows)
-    if "" in names:
-        raise JobModelFormatError(f"tasks.name[{names.index('')}]", "task name must not be empty")
-    changelog = _column(tasks, "changelog_partition", "tasks", int, task_rows, optional=True)
-    counts = _column(tasks, "partitions", "tasks", int, task_rows)
-    _at_least(counts, 0, "tasks.partitions")
-    rows = sum(counts)
-    partitions = as_obj(get(obj, "partitions", ""), "partitions")
-    stream = _column(partitions, "stream", "partitions", int, rows)
-    _at_least(stream, 0, "partitions.stream")
-    if stream and max(stream) >= len(streams):
-        index = next(i for i, v in enumerate(stream) if v >= len(streams))
-        raise JobModelFormatError(
-            f"partitions.stream[{index}]", f"no stream {stream[index]} (there are {len(streams)})"
-        )
-    partition = _column(partitions, "partition", "partitions", int, rows)
-    _at_least(partition, 0, "partitions.partition")
-    bucket = _column(partitions, "key_bucket", "partitions", int, rows, optional=True)
-    _at_least(bucket, -1, "partitions.key_bucket")
-    return _Columns(streams, names, changelog, counts, stream, partition, bucket)
-
-
-def _containers(obj: Mapping[str, Any]) -> list[_Entry]:
-    """Each container's processor id, location id and rows, checked."""
-    raw = get(obj, "containers", "")
-    if type(raw) is not list:
-        raise JobModelFormatError("containers", f"expected a list, got {describe(raw)}")
-    found: list[_Entry] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(raw):
-        path = f"containers[{i}]"
-        container = as_obj(entry, path)
-        pid = as_str(get(container, "processor_id", path), f"{path}.processor_id")
-        if not pid or pid in seen:
-            problem = "must not be empty" if not pid else f"{pid!r} appears twice"
-            raise JobModelFormatError(f"{path}.processor_id", problem)
-        seen.add(pid)
-        location = as_str(
-            get(container, "location_id", path, default=None), f"{path}.location_id", nullable=True
-        )
-        rows = [
-            as_int(get(container, key, path, default=default), f"{path}.{key}")
-            for key, default in (("tasks", ...), ("standby_tasks", 0))
-        ]
-        for key, count in zip(("tasks", "standby_tasks"), rows, strict=True):
-            if count < 0:
-                raise JobModelFormatError(f"{path}.{key}", f"must be >= 0, got {count}")
-        found.append(_Entry(pid, location, *rows))
-    return found
-
-
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """The cyclic garbage collector paused while decoding or encoding: the millions of objects
@@ -295,7 +177,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _tasks(columns: _Columns, first: int, end: int, first_partition: int) -> dict[str, TaskModel]:
+def _tasks(columns: Columns, first: int, end: int, first_partition: int) -> dict[str, TaskModel]:
     """Task rows ``first`` to ``end`` (their partitions from row ``first_partition``). Built with
     ``map`` (no Python loop per task): the cost is the model's own constructors."""
     names = columns.names[first:end]
@@ -324,12 +206,7 @@ def _tasks(columns: _Columns, first: int, end: int, first_partition: int) -> dic
     return dict(zip(names, tasks, strict=True))
 
 
-def _body(obj: Mapping[str, Any]) -> tuple[list[_Entry], _Columns]:
-    containers = _containers(obj)
-    return containers, _columns(obj, sum(entry.rows for entry in containers))
-
-
-def _container(columns: _Columns, entry: _Entry, first: int, row: int) -> ContainerModel:
+def _container(columns: Columns, entry: Entry, first: int, row: int) -> ContainerModel:
     """``entry``'s container from its rows (from task row ``first``, partition row ``row``)."""
     middle = first + entry.active
     tasks = _tasks(columns, first, middle, row)
@@ -343,7 +220,7 @@ def _container(columns: _Columns, entry: _Entry, first: int, row: int) -> Contai
         raise JobModelFormatError(f"containers.{entry.pid}", str(exc)) from None
 
 
-def _active_names(columns: _Columns, containers: list[_Entry]) -> list[str]:
+def _active_names(columns: Columns, containers: list[Entry]) -> list[str]:
     """The names of the active rows (a task is active on one processor at most)."""
     if not any(entry.standby for entry in containers):
         return columns.names
@@ -361,10 +238,10 @@ def document_from_columns(obj: Mapping[str, Any], version: int) -> JobModelDocum
     grouper = as_str(get(obj, "grouper", "", default=""), "grouper")
     raw_config = as_obj(get(obj, "config", "", default={}), "config")
     config = {k: as_str(v, f"config.{k}") for k, v in raw_config.items()}
-    containers, columns = _body(obj)
+    containers, columns = checked_body(obj)
     names = _active_names(columns, containers)
     if len(set(names)) != len(names):
-        _duplicate_task(names, containers)
+        duplicate_task(names, containers)
     models: dict[str, ContainerModel] = {}
     first = row = 0
     with _collector_paused():
@@ -376,28 +253,16 @@ def document_from_columns(obj: Mapping[str, Any], version: int) -> JobModelDocum
     return JobModelDocument(model, run_id, grouper)
 
 
-def _duplicate_task(names: list[str], containers: list[_Entry]) -> None:
-    """Raise for the first active task named twice (``names``: the active rows in order)."""
-    owners: list[str] = [entry.pid for entry in containers for _ in range(entry.active)]
-    seen: dict[str, str] = {}
-    for index, name in enumerate(names):
-        if name in seen:
-            raise JobModelFormatError(
-                f"tasks.name[{index}]", f"task {name!r} also assigned to {seen[name]!r}"
-            )
-        seen[name] = owners[index]
-
-
 def container_from_columns(obj: Mapping[str, Any], processor_id: str) -> ContainerModel | None:
     """``processor_id``'s container of a format-2 document (None if it has none); the other
     containers' rows are checked but not decoded."""
-    containers, columns = _body(obj)
+    containers, columns = checked_body(obj)
     first = 0
     for entry in containers:
         if entry.pid == processor_id:
             names = columns.names[first : first + entry.active]
             if len(set(names)) != len(names):
-                _duplicate_task(names, [entry])
+                duplicate_task(names, [entry])
             with _collector_paused():
                 return _container(columns, entry, first, sum(columns.counts[:first]))
         first += entry.rows

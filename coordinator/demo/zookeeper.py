@@ -13,27 +13,34 @@ port, and expires a client's session for real::
 
 ``tls=True`` adds a TLS client port (``secure_hosts``; ``tls``: a throw-away CA's PEM files).
 Nothing is mocked; everything binds to 127.0.0.1. The process helpers (:func:`free_port`,
-:func:`wait_until`, :func:`stop_processes`, :func:`kill_process`) serve every local daemon we
-start (e.g. the example's Spark cluster). An ensemble on loopback would be three servers whose
+:func:`wait_until`, :func:`stop_processes`, :func:`kill_process`), which serve every local daemon
+we start (e.g. the example's Spark cluster), are in :mod:`coordinator.demo.processes` and can be
+imported from here too. An ensemble on loopback would be three servers whose
 :meth:`~EmbeddedZooKeeper._config_lines` get its ``server.N`` lines (and ``data/myid``), with
 their ``hosts`` joined; each server's process life cycle stays as it is.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from kazoo.client import KazooClient, KazooState
+
+from coordinator.demo.processes import (
+    ProcessExited,
+    free_port,
+    kill_process,
+    port_open,
+    signal_group,
+    stop_processes,
+    wait_until,
+)
 
 __all__ = [
     "EmbeddedZooKeeper",
@@ -61,92 +68,6 @@ TICK_MS = 500
 
 class ZooKeeperUnavailable(RuntimeError):
     """The server could not be started (package missing, startup failed or timed out)."""
-
-
-class ProcessExited(RuntimeError):
-    """A process exited while we waited for it to become ready."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
-    """Something accepts connections on ``host:port`` (raises ``OSError`` if not)."""
-    with socket.create_connection((host, port), timeout=timeout_s):
-        return True
-
-
-def wait_until(
-    ready: Callable[[], bool],
-    process: subprocess.Popen[bytes],
-    timeout_s: float,
-    what: str,
-    poll_s: float = 0.1,
-) -> None:
-    """Poll ``ready()`` (an ``OSError`` counts as not ready) until it is true.
-
-    Raises :class:`ProcessExited` if ``process`` exits first, ``TimeoutError`` (``what`` and the
-    timeout) after ``timeout_s``.
-    """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ProcessExited(f"process {process.args!r} exited with {process.returncode}")
-        with contextlib.suppress(OSError):
-            if ready():
-                return
-        time.sleep(poll_s)
-    raise TimeoutError(f"{what} after {timeout_s}s")
-
-
-def signal_group(pgid: int, sig: signal.Signals) -> None:
-    """Send ``sig`` to process group ``pgid`` (gone or not ours: ignored)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _signal(process: subprocess.Popen[bytes], sig: signal.Signals, group: bool) -> None:
-    if group:
-        signal_group(process.pid, sig)
-    elif process.poll() is None:
-        process.send_signal(sig)
-
-
-def stop_processes(
-    processes: Iterable[subprocess.Popen[bytes] | None],
-    timeout_s: float = 10.0,
-    *,
-    group: bool = False,
-) -> None:
-    """SIGTERM every process, wait up to ``timeout_s`` (for all of them together), then SIGKILL
-    what is left. With ``group`` (processes started with ``start_new_session``) the signals go
-    to each process group, and whatever remains in it (children) is killed at the end."""
-    running = [p for p in processes if p is not None and (group or p.poll() is None)]
-    for process in running:
-        if process.poll() is None:
-            _signal(process, signal.SIGTERM, group)
-    deadline = time.monotonic() + timeout_s
-    for process in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-    for process in running:
-        _signal(process, signal.SIGKILL, group)
-    for process in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
-
-
-def kill_process(process: subprocess.Popen[bytes] | None, *, group: bool = False) -> None:
-    """SIGKILL ``process`` (with ``group``: its whole process group) at once, and reap it."""
-    if process is None or (not group and process.poll() is not None):
-        return
-    _signal(process, signal.SIGKILL, group)
-    process.wait()
 
 
 def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:

@@ -1,0 +1,110 @@
+"""Local daemons' process helpers: a free port, waiting until a process is ready (or has exited),
+stopping processes (SIGTERM, then SIGKILL) or killing them at once, one process or its whole
+group. :class:`~coordinator.demo.zookeeper.EmbeddedZooKeeper` uses them, and so does every
+other daemon we start (e.g. the example's Spark cluster)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+
+__all__ = [
+    "ProcessExited",
+    "free_port",
+    "kill_process",
+    "port_open",
+    "signal_group",
+    "stop_processes",
+    "wait_until",
+]
+
+
+class ProcessExited(RuntimeError):
+    """A process exited while we waited for it to become ready."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Something accepts connections on ``host:port`` (raises ``OSError`` if not)."""
+    with socket.create_connection((host, port), timeout=timeout_s):
+        return True
+
+
+def wait_until(
+    ready: Callable[[], bool],
+    process: subprocess.Popen[bytes],
+    timeout_s: float,
+    what: str,
+    poll_s: float = 0.1,
+) -> None:
+    """Poll ``ready()`` (an ``OSError`` counts as not ready) until it is true.
+
+    Raises :class:`ProcessExited` if ``process`` exits first, ``TimeoutError`` (``what`` and the
+    timeout) after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ProcessExited(f"process {process.args!r} exited with {process.returncode}")
+        with contextlib.suppress(OSError):
+            if ready():
+                return
+        time.sleep(poll_s)
+    raise TimeoutError(f"{what} after {timeout_s}s")
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to process group ``pgid`` (gone or not ours: ignored)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal(process: subprocess.Popen[bytes], sig: signal.Signals, group: bool) -> None:
+    if group:
+        signal_group(process.pid, sig)
+    elif process.poll() is None:
+        process.send_signal(sig)
+
+
+def stop_processes(
+    processes: Iterable[subprocess.Popen[bytes] | None],
+    timeout_s: float = 10.0,
+    *,
+    group: bool = False,
+) -> None:
+    """SIGTERM every process, wait up to ``timeout_s`` (for all of them together), then SIGKILL
+    what is left. With ``group`` (processes started with ``start_new_session``) the signals go
+    to each process group, and whatever remains in it (children) is killed at the end."""
+    running = [p for p in processes if p is not None and (group or p.poll() is None)]
+    for process in running:
+        if process.poll() is None:
+            _signal(process, signal.SIGTERM, group)
+    deadline = time.monotonic() + timeout_s
+    for process in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    for process in running:
+        _signal(process, signal.SIGKILL, group)
+    for process in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+
+
+def kill_process(process: subprocess.Popen[bytes] | None, *, group: bool = False) -> None:
+    """SIGKILL ``process`` (with ``group``: its whole process group) at once, and reap it."""
+    if process is None or (not group and process.poll() is not None):
+        return
+    _signal(process, signal.SIGKILL, group)
+    process.wait()
