@@ -107,6 +107,7 @@ class Death:
     grouper: float = 0.0  # the leader's grouper run (its rebalance history)
     returned_late: float = 0.0  # after the commit: the leader's publish call returned
     observed_late: float = 0.0  # after the commit: an observer's watch saw it
+    observed_to_done: float = 0.0  # death -> DONE as the observer saw it (when it samples CPU)
 
     @property
     def cpu_to_done(self) -> float:
@@ -448,6 +449,7 @@ class Job:
             load=load,
             grouper=grouper,
             returned_late=returned - zk["published"],
+            observed_to_done=seen["done"] - seen["gone"],
             observed_late=(seen["published"] - seen["gone"])
             - (zk["published"] - seen["gone_wall"]),
         )
