@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from coordinator.demo.zookeeper import (
+from coordinator.demo.processes import (
     free_port,
     kill_process,
     port_open,
