@@ -5,7 +5,9 @@ barriers, leader epoch and checkpoints, in the layout of DESIGN.md ("ZooKeeper l
 raises, the layout, the barrier states (``NEW``/``DONE``/``TIMED_OUT``: aliases of
 :class:`~metadata.model.BarrierState`) and the recipes' value types are re-exported here.
 
-Holds the plumbing, one concern a module: ``client`` (connect, ACLs), ``store``
+Holds the plumbing, one concern a module: ``client`` (connect, ACLs), ``handler`` and
+``connection`` (kazoo's threading handler waiting with one ``poll``, its connection reading and
+writing before it waits), ``store``
 (:class:`ZkMetadataStore`, which holds the recipes), ``ops`` (every ZooKeeper call: retries,
 sizes, counters), ``retry`` (the retry loop, kazoo -> store errors), ``transaction`` (operations,
 batching), ``multiread`` (many reads at once), ``fenced`` (leader writes fenced by the epoch),
