@@ -52,7 +52,9 @@ def _measures(row: Any) -> list[object]:
         f"{row.median(lambda d: d.cpu_zookeeper) * 1000:,.0f} ms",
         ms(bound),
         f"{observed / bound:.2f}x" if bound > 0 else "-",
-        ms(row.median(lambda d: d.survivor_cpu), 2),
+        f"{ms(row.median(lambda d: d.survivor_cpu), 2)} "
+        f"({min(d.survivor_cpu for d in row.deaths) * 1000:.2f}-"
+        f"{max(d.survivor_cpu for d in row.deaths) * 1000:.2f})",
         f"{row.median(lambda d: d.coordinator_requests):,.0f} + "
         f"{row.median(lambda d: d.processor_requests):,.0f} ({per_survivor:.1f} each)",
         f"{row.median(lambda d: d.coordinator_writes):,.0f} / "
@@ -161,7 +163,8 @@ def report(rows: list[Any], deaths: int, seconds: float, command: str) -> str:
         "then, after the survivors have begun to act on DONE).\n"
         "- **survivor CPU per rebalance**: the worker processes' CPU from the death until every "
         "survivor runs v+1 and has written its locality, minus what they use idle over that "
-        "time (pings), over the survivors. After one death most survivors neither lose nor gain "
+        "time (pings), over the survivors; the median over the deaths, and in brackets the "
+        "least and the most of them. After one death most survivors neither lose nor gain "
         "a task: the manifest says so (`gaining`), and they read no container and write no "
         "locality, only join and watch the barrier.\n"
         "- **ZooKeeper requests**: every request the clients sent (`KazooClient` calls: the "
