@@ -297,8 +297,12 @@ class ZooKeeperEnsemble:
                 os.kill(pid, signal.SIGCONT)
 
     def partition(self, index: int | None = None) -> None:
-        """Hold the quorum traffic of the lagging server (``lagging=`` at construction)."""
+        """Hold the quorum traffic of the lagging server (``lagging=`` at construction). Only a
+        follower lags behind: the others reach a leader's quorum port directly, so a leading
+        lagging server is first made a follower (:meth:`make_follower`)."""
         self._lagging(index)
+        assert self.lagging is not None
+        self.make_follower(self.lagging)
         for link in self.links.values():
             link.pause()
 
@@ -341,10 +345,16 @@ class ZooKeeperEnsemble:
         return [i for i, mode in enumerate(self.modes()) if mode == "follower"]
 
     def make_follower(self, index: int) -> None:
-        """If server ``index`` leads, restart it (the others elect a leader; it rejoins)."""
-        if self.leader() == index:
-            self.restart(index)
-            self.wait_quorum()
+        """If server ``index`` leads, take it down until the others have elected a leader, then
+        start it again: it rejoins as a follower. (Restarted at once, it could win the new
+        election itself: with equal logs the highest server id wins.)"""
+        if self.leader() != index:
+            return
+        self.kill(index)
+        self.wait_quorum()  # the two others: one leads
+        self.start_server(index)
+        if self.wait_quorum() == index:
+            raise RuntimeError(f"server {index} leads again after a restart")
 
     def server_of_process(self, pid: int) -> int | None:
         """The index of the server process ``pid`` holds a client connection to (from /proc)."""

@@ -122,7 +122,8 @@ def test_a_lagging_follower_serves_the_old_version_until_synced(job: Job) -> Non
         return job.reader.job_models.latest_version()
 
     stale, fresh, seconds = job.lagging(synced_read)
-    assert stale == 1  # the lag is real: without sync the follower answers v1
+    # The lag is real: without sync the follower answers v1.
+    assert stale == 1, f"server {LAGGING} did not lag; modes {job.ensemble.modes()}"
     assert fresh == 2, f"read v{fresh} after sync"
     assert seconds >= HEAL_AFTER_S - 0.1  # sync waited for the follower to catch up
 
