@@ -57,6 +57,10 @@ event, the states it may move to, and every ``handle`` checks its own move again
 the stateful test).
 
 Times are seconds (floats) from any monotonic clock; the caller passes ``now`` with each event.
+The machine's time never goes backward: an adapter stamps events in more than one thread (a
+barrier's watch fires while the publish call is still returning), so an event stamped before one
+already handled counts as handled at that later time (a barrier may be DONE 0 s after its
+publish completed, never less).
 """
 
 from __future__ import annotations
@@ -141,6 +145,7 @@ class LeaderMachine(LeaderTimers):
     probe_at: float | None = None  # when the next probing rebalance is due
     #: the model in force whose recheck is asked (RunRecheck) and what its answer was given
     rechecking: tuple[int, GrouperMetadata] | None = None
+    clock: float = -math.inf  # the latest time handled: the machine's time never goes back
 
     def __post_init__(self) -> None:
         self.bench = Bench(self.settings.exclusion_s)
@@ -163,6 +168,9 @@ class LeaderMachine(LeaderTimers):
         return self.bench.eligible(self.processors)
 
     def handle(self, event: Event) -> list[Action]:
+        if event.now < self.clock:
+            event = replace(event, now=self.clock)  # stamped in another thread, handled late
+        self.clock = event.now
         before = self.state
         actions = self._dispatch(event)
         allowed = TRANSITIONS.get((before, type(event)), frozenset({before}))

@@ -196,6 +196,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 follow.append(self.answer_recheck(action))
             elif isinstance(action, MarkBarrier):
                 assert self.core.leader
+                assert action.duration_s >= 0, f"barrier decided {action.duration_s} s before"
                 assert self.store.barrier.get(action.version) == BarrierState.NEW
                 if action.state == BarrierState.TIMED_OUT:
                     self.check_timed_out(action)
@@ -328,8 +329,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.publish_s = seconds
 
     @precondition(lambda self: self.store.latest() is not None)
-    @rule(everyone=st.booleans())
-    def processors_join_the_barrier(self, everyone: bool) -> None:
+    @rule(everyone=st.booleans(), stamped_before=st.sampled_from([0.0, 0.0, 0.05, 3.0]))
+    def processors_join_the_barrier(self, everyone: bool, stamped_before: float) -> None:
+        """``stamped_before``: the adapter stamped the join in its watch thread that long before
+        it is handled (after a ``Published`` stamped later, say)."""
         latest = self.store.latest()
         assert latest is not None
         expected = set(latest.containers)
@@ -338,7 +341,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             joined.discard(sorted(joined)[0])
         self.joined[latest.version] = frozenset(joined)
         pending = self.core.pending
-        self.feed(BarrierUpdated(self.now, latest.version, frozenset(joined)))
+        self.feed(BarrierUpdated(self.now - stamped_before, latest.version, frozenset(joined)))
         if pending is not None and self.core.pending is None and self.core.in_force is not None:
             self.settle_point = self.now
             self.check_probing()
@@ -416,7 +419,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if self.outstanding is not None:
             self.grouper_answers("good", recheck)
         if self.store.latest() is not None:
-            self.processors_join_the_barrier(True)
+            self.processors_join_the_barrier(True, 0.0)
 
     # ------------------------------------------------------------------------ invariants
 
@@ -648,6 +651,23 @@ def test_the_barrier_deadline_starts_when_the_publish_completes() -> None:
     assert not any(isinstance(a, MarkBarrier) for a in actions)
     actions = core.handle(BarrierUpdated(14.0, version, frozenset({"p-0", "p-1"})))
     assert MarkBarrier(version, BarrierState.DONE, 1.5) in actions
+
+
+def test_a_join_stamped_before_the_publish_completed_counts_at_the_machine_time() -> None:
+    """The adapter stamps a barrier's watch event in its own thread: the processors may join
+    (stamped 12.4) before the publish call returns (stamped 12.5) and be handled after it. The
+    barrier is DONE 0 s after the publish, not -0.1 s, and time does not go back."""
+    core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
+    core.handle(TimePassed(0.0))
+    request = core.last_request
+    assert request is not None
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    actions = core.handle(GrouperFinished(0.0, request.request, answer))
+    version = next(a for a in actions if isinstance(a, PublishJobModel)).model.version
+    core.handle(Published(12.5, version))
+    actions = core.handle(BarrierUpdated(12.4, version, frozenset({"p-0", "p-1"})))
+    assert MarkBarrier(version, BarrierState.DONE, 0.0) in actions
+    assert core.clock == 12.5
 
 
 def test_a_slow_publish_still_times_out_a_full_timeout_after_it_completed() -> None:
