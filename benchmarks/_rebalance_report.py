@@ -54,7 +54,7 @@ def _measures(row: Any) -> list[object]:
         f"{observed / bound:.2f}x" if bound > 0 else "-",
         f"{ms(row.median(lambda d: d.survivor_cpu), 2)} "
         f"({min(d.survivor_cpu for d in row.deaths) * 1000:.2f}-"
-        f"{max(d.survivor_cpu for d in row.deaths) * 1000:.2f})",
+        f"{max(d.survivor_cpu for d in row.deaths) * 1000:.2f}) = {_in_gets(row)}",
         f"{row.median(lambda d: d.coordinator_requests):,.0f} + "
         f"{row.median(lambda d: d.processor_requests):,.0f} ({per_survivor:.1f} each)",
         f"{row.median(lambda d: d.coordinator_writes):,.0f} / "
@@ -65,6 +65,16 @@ def _measures(row: Any) -> list[object]:
         ms(row.view_s),
         ms(row.decode_s),
     ]
+
+
+def _in_gets(row: Any) -> str:
+    """The survivor's CPU in plain get round trips measured in the same run (the machine's
+    moment divided out), and what one cost before and after."""
+    if row.reference <= 0:
+        return "-"
+    gets = row.median(lambda d: d.survivor_cpu) / row.reference
+    before, after = (s * 1e6 for s in row.reference_s)
+    return f"{gets:.1f} gets of {before:.0f}/{after:.0f} us"
 
 
 HEADERS = [
@@ -108,7 +118,8 @@ def _goals(rows: list[Any]) -> str:
                 row.processors,
                 f"{ms(beyond)} (today {today[0]})",
                 f"{ms(coordinator)}, CPU {ms(cpu)} (goal {GOAL_COORDINATOR_MS} ms)",
-                f"{ms(survivor, 2)} (goal {GOAL_SURVIVOR_CPU_MS:g} ms; today {today[2]})",
+                f"{ms(survivor, 2)} = {_in_gets(row)} (goal {GOAL_SURVIVOR_CPU_MS:g} ms; "
+                f"today {today[2]})",
                 f"{ms(row.median(lambda d: d.cpu_processors))} (today {today[1]})",
                 f"{observed / bound:.2f}x of {ms(bound)} (goal {GOAL_BOUND_RATIO:g}x)"
                 if bound > 0
@@ -166,7 +177,11 @@ def report(rows: list[Any], deaths: int, seconds: float, command: str) -> str:
         "time (pings), over the survivors; the median over the deaths, and in brackets the "
         "least and the most of them. After one death most survivors neither lose nor gain "
         "a task: the manifest says so (`gaining`), and they read no container and write no "
-        "locality, only join and watch the barrier.\n"
+        "locality, only join and watch the barrier. **= gets**: the same figure over the CPU "
+        "of one plain `get` round trip (`benchmarks/_reference.py`: the caller's and kazoo's "
+        "threads in a process doing nothing else, through `metadata.zk.connect`), measured "
+        "before and after the deaths of the size: this VM's speed moves by about 30% from "
+        "hour to hour, and the ratio lets runs at different moments be compared.\n"
         "- **ZooKeeper requests**: every request the clients sent (`KazooClient` calls: the "
         "stores' reads and writes and the re-reads of kazoo's watch recipes; one `multi` is "
         "one request; pings not counted), the coordinator's and the survivors' (with the "

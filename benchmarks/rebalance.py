@@ -63,6 +63,7 @@ from benchmarks._rebalance_workers import (  # noqa: E402
     requests_of,
     worker_main,
 )
+from benchmarks._reference import get_round_trip_cpu  # noqa: E402
 from benchmarks._report import DOC, median_time, write_section  # noqa: E402
 from coordinator.config import JobConfig, load_config  # noqa: E402
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
@@ -128,9 +129,16 @@ class Row:
     deaths: list[Death] = field(default_factory=list)
     decode_s: float = 0.0
     view_s: float = 0.0
+    #: the CPU of one plain get round trip (benchmarks/_reference.py) before and after the deaths
+    reference_s: tuple[float, float] = (0.0, 0.0)
 
     def median(self, pick: Callable[[Death], float]) -> float:
         return statistics.median(pick(d) for d in self.deaths)
+
+    @property
+    def reference(self) -> float:
+        """The machine's moment: the mean of the two reference measures."""
+        return sum(self.reference_s) / 2
 
 
 def job_config(hosts: str, name: str, tasks: int, debounce_ms: int) -> JobConfig:
@@ -467,6 +475,7 @@ def bench(
     row = Row(processors, tasks, debounce_ms / 1000, workers)
     job = Job(server, processors, tasks, debounce_ms, workers)
     rng = random.Random(seed)
+    before = get_round_trip_cpu(server.hosts)
     try:
         started = time.perf_counter()
         job.start()
@@ -492,6 +501,9 @@ def bench(
         row.view_s, _ = median_time(lambda: job.view.job_models.read_container(version, pid), 5)
     finally:
         job.stop()
+    row.reference_s = (before, get_round_trip_cpu(server.hosts))
+    after = row.reference_s[1]
+    print(f"  a plain get's CPU: {before * 1e6:.0f} us before, {after * 1e6:.0f} us after")
     return row
 
 

@@ -13,7 +13,8 @@ v+1 and marks it DONE. The survivors (``--survivors K`` real
 in a child process that does nothing else, so the child's CPU time (``time.process_time``: every
 thread, kazoo's included, but for its main thread, which only answers this process) over one
 rebalance, over K, is one survivor's CPU per rebalance.
-Wall time is not measured: the machine may be loaded.
+Wall time is not measured: the machine may be loaded. The CPU of one plain ``get`` round trip
+(``benchmarks/_reference.py``), measured before and after, gives the median in round trips too.
 
 Usage: ``python benchmarks/survivor_cpu.py [--size 1000:10000] [--survivors 1] [--rounds 20]
 [--profile] [--top 30]``. ``--profile`` runs cProfile in every thread of the child and prints
@@ -49,6 +50,7 @@ from typing import Any  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
 from benchmarks._rebalance_workers import count_requests, quiet, requests_of  # noqa: E402
+from benchmarks._reference import get_round_trip_cpu  # noqa: E402
 from coordinator.demo.zookeeper import EmbeddedZooKeeper  # noqa: E402
 from coordinator.member.processor import ProcessorClient  # noqa: E402
 from metadata.model import (  # noqa: E402
@@ -269,6 +271,7 @@ def measure(hosts: str, processors: int, tasks: int, k: int, rounds: int, top: i
         for i in range(tasks)
     }
     owner = {name: ids[i % processors] for i, name in enumerate(catalogue)}
+    reference_before = get_round_trip_cpu(hosts)
     client = connect(hosts, session_timeout_s=SESSION_S)
     store = ZkMetadataStore(client, JOB, run_id=RUN_ID)
     store.ensure_layout()
@@ -306,7 +309,8 @@ def measure(hosts: str, processors: int, tasks: int, k: int, rounds: int, top: i
     worker.join(30)
     client.stop()
     client.close()
-    _print(processors, tasks, k, costs, requests, bool(top))
+    reference = (reference_before, get_round_trip_cpu(hosts))
+    _print(processors, tasks, k, costs, requests, reference, bool(top))
     shares = ", ".join(f"{kind} {ms:.2f}" for kind, ms in sorted(per_thread.items()))
     print(f"mean CPU per survivor and rebalance by thread (ms): {shares}")
     kinds = ", ".join(f"{kind} {n / k / (rounds + 1):.1f}" for kind, n in message[2].items())
@@ -316,8 +320,15 @@ def measure(hosts: str, processors: int, tasks: int, k: int, rounds: int, top: i
 
 
 def _print(
-    processors: int, tasks: int, k: int, costs: list[float], reqs: list[float], profile: bool
+    processors: int,
+    tasks: int,
+    k: int,
+    costs: list[float],
+    reqs: list[float],
+    reference: tuple[float, float],
+    profile: bool,
 ) -> None:
+    """The table; ``reference``: a plain get round trip's CPU before and after (seconds)."""
     note = " (profiled: relative only)" if profile else ""
     print(f"\nP={processors} T={tasks:,} survivors measured={k} rounds={len(costs)}{note}")
     print("| survivor CPU per rebalance | ms |")
@@ -327,6 +338,9 @@ def _print(
     print(f"| min | {min(costs):.2f} |")
     print(f"| max | {max(costs):.2f} |")
     print(f"| ZooKeeper requests per rebalance | {statistics.median(reqs):.1f} |")
+    before, after = (seconds * 1e6 for seconds in reference)
+    gets = statistics.median(costs) * 1000 / ((before + after) / 2)
+    print(f"| median in get round trips (a get: {before:.0f} / {after:.0f} us) | {gets:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,7 +50,16 @@ def test_quick_rebalance_benchmark_writes_its_section(tmp_path: Path) -> None:
         assert len(cpu) == 3 and cpu[0] > 0  # the survivors did measurable work
         assert milliseconds(row["bound: CPU to DONE / cores"]) > 0
         assert row["beyond debounce / bound"].endswith("x")
-        assert milliseconds(row["survivor CPU per rebalance"]) >= 0
+        survivor = row["survivor CPU per rebalance"]
+        assert milliseconds(survivor) >= 0
+        # ... and in plain get round trips, measured before and after (the machine's moment).
+        gets, costs = survivor.split(" = ")[1].removesuffix(" us").split(" gets of ")
+        before, after = (float(cost) for cost in costs.split("/"))
+        assert 10 <= before <= 10_000 and 10 <= after <= 10_000  # microseconds
+        per_get = milliseconds(survivor) * 1000 / ((before + after) / 2)
+        assert float(gets) == pytest.approx(per_get, rel=0.05, abs=0.1)
+        io = row["store writes / reads: coordinator, survivors"].split(", ")
+        assert [len(part.split(" / ")) for part in io] == [2, 2]
         # Every client's requests are counted: the coordinator's and the survivors'.
         requests = row["ZooKeeper requests per rebalance: coordinator + survivors"]
         coordinator, survivors = requests.split(" (")[0].split(" + ")
@@ -58,3 +67,4 @@ def test_quick_rebalance_benchmark_writes_its_section(tmp_path: Path) -> None:
     assert [row["P"] for row in goals] == ["5", "10"]
     assert all("goal 300 ms" in row["coordinator's part"] for row in goals)
     assert all("goal 2 ms" in row["survivor CPU per rebalance"] for row in goals)
+    assert all(" gets of " in row["survivor CPU per rebalance"] for row in goals)
