@@ -179,7 +179,7 @@ def report(rows: list[Any], deaths: int, seconds: float, command: str) -> str:
         "a task: the manifest says so (`gaining`), and they read no container and write no "
         "locality, only join and watch the barrier. **= gets**: the same figure over the CPU "
         "of one plain `get` round trip (`benchmarks/_reference.py`: the caller's and kazoo's "
-        "threads in a process doing nothing else, through `metadata.zk.connect`), measured "
+        "threads in a process doing nothing else, with kazoo as it ships), measured "
         "before and after the deaths of the size: this VM's speed moves by about 30% from "
         "hour to hour, and the ratio lets runs at different moments be compared.\n"
         "- **ZooKeeper requests**: every request the clients sent (`KazooClient` calls: the "

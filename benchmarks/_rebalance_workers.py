@@ -7,7 +7,7 @@ worker through a pipe: ``("kill", pid)`` closes that processor's session without
 (a death), ``("status", None)`` answers each live processor's (running version, store writes,
 store reads, ZooKeeper requests), ``("stop", None)`` stops them all.
 
-:func:`count_requests` makes every KazooClient count the requests it sends (``client.requests``):
+:func:`count_requests` makes every client count the requests it sends (``client.requests``):
 the stores' own reads and writes, and the re-reads kazoo's watch recipes make when a watch fires
 (one ``multi`` is one request; pings are not counted).
 """
@@ -29,6 +29,7 @@ from kazoo.client import KazooClient
 from coordinator.member.processor import ProcessorClient
 from metadata.model import TaskModel
 from metadata.zk import ZkMetadataStore, connect
+from metadata.zk.connection import DirectClient
 
 __all__ = ["count_requests", "cpu_seconds", "quiet", "requests_of", "worker_main"]
 
@@ -36,18 +37,19 @@ _counting = False
 
 
 def count_requests() -> None:
-    """From now on, every KazooClient of this process counts its requests in ``.requests``."""
+    """From now on, every client of this process (made by ``metadata.zk.connect``: a
+    :class:`~metadata.zk.connection.DirectClient`) counts its requests in ``.requests``."""
     global _counting
     if _counting:
         return
     _counting = True
-    original = KazooClient._call
+    original = DirectClient._call
 
     def counted(self: Any, request: Any, async_object: Any) -> Any:
         self.requests = getattr(self, "requests", 0) + 1
         return original(self, request, async_object)
 
-    KazooClient._call = counted  # type: ignore[method-assign]
+    DirectClient._call = counted  # type: ignore[method-assign]
 
 
 def requests_of(client: KazooClient | None) -> int:

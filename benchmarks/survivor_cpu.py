@@ -47,8 +47,6 @@ from collections.abc import Mapping  # noqa: E402
 from multiprocessing.connection import Connection  # noqa: E402
 from typing import Any  # noqa: E402
 
-from kazoo.client import KazooClient  # noqa: E402
-
 from benchmarks._rebalance_workers import count_requests, quiet, requests_of  # noqa: E402
 from benchmarks._reference import get_round_trip_cpu  # noqa: E402
 from coordinator.demo.zookeeper import EmbeddedZooKeeper  # noqa: E402
@@ -61,6 +59,7 @@ from metadata.model import (  # noqa: E402
     TaskModel,
 )
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402
+from metadata.zk.connection import DirectClient  # noqa: E402
 from metadata.zk.recipe.epoch import LeaderEpoch  # noqa: E402
 
 JOB = "/affinity/survivor-bench"
@@ -106,15 +105,16 @@ class _Profiles:
 
 
 def _count_kinds() -> Counter[str]:
-    """From now on, count the requests of every KazooClient of this process by kind."""
+    """From now on, count the requests of every client of this process by kind (clients made by
+    ``metadata.zk.connect``: :class:`~metadata.zk.connection.DirectClient`)."""
     kinds: Counter[str] = Counter()
-    original = KazooClient._call
+    original = DirectClient._call
 
     def counted(self: Any, request: Any, async_object: Any) -> Any:
         kinds[type(request).__name__] += 1
         return original(self, request, async_object)
 
-    KazooClient._call = counted
+    DirectClient._call = counted
     return kinds
 
 

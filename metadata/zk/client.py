@@ -165,7 +165,7 @@ def connect(
         verify_certs=verify_certs,
         handler=PollingHandler(),  # one poll(2) per wait, not an epoll built and closed
     )
-    read_eagerly(client)  # recv/send first, poll only when the socket would block
+    read_eagerly(client)  # recv/send first, poll only on EAGAIN; callers write their requests
     log = structlog.get_logger("metadata.zk").bind(hosts=hosts, use_ssl=use_ssl)
     try:
         client.start(timeout=connect_timeout_s)

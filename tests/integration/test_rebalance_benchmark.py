@@ -47,7 +47,9 @@ def test_quick_rebalance_benchmark_writes_its_section(tmp_path: Path) -> None:
             int(cell.strip().removesuffix(" ms").replace(",", ""))
             for cell in row["CPU to DONE: processors / coordinator / ZooKeeper"].split(" / ")
         ]
-        assert len(cpu) == 3 and cpu[0] > 0  # the survivors did measurable work
+        # (/proc's clock ticks are 10 ms: at P=5 the survivors' share may round to 0; the
+        # coordinator's, with its grouper run, does not)
+        assert len(cpu) == 3 and min(cpu) >= 0 and cpu[1] > 0
         assert milliseconds(row["bound: CPU to DONE / cores"]) > 0
         assert row["beyond debounce / bound"].endswith("x")
         survivor = row["survivor CPU per rebalance"]
