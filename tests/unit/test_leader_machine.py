@@ -473,6 +473,16 @@ def leader(processors: dict[str, str], **kw: float) -> Leader:
     return core
 
 
+def answered_at_zero(core: Leader) -> int:
+    """Rebalance at time 0 (the grouper answering at once); the version it publishes."""
+    core.handle(TimePassed(0.0))
+    request = core.last_request
+    assert request is not None
+    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
+    actions = core.handle(GrouperFinished(0.0, request.request, answer))
+    return next(a for a in actions if isinstance(a, PublishJobModel)).model.version
+
+
 def run_to_publish(core: Leader, now: float) -> PublishJobModel:
     core.handle(TimePassed(now))
     request = core.last_request
@@ -658,12 +668,7 @@ def test_a_join_stamped_before_the_publish_completed_counts_at_the_machine_time(
     (stamped 12.4) before the publish call returns (stamped 12.5) and be handled after it. The
     barrier is DONE 0 s after the publish, not -0.1 s, and time does not go back."""
     core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
-    core.handle(TimePassed(0.0))
-    request = core.last_request
-    assert request is not None
-    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
-    actions = core.handle(GrouperFinished(0.0, request.request, answer))
-    version = next(a for a in actions if isinstance(a, PublishJobModel)).model.version
+    version = answered_at_zero(core)
     core.handle(Published(12.5, version))
     actions = core.handle(BarrierUpdated(12.4, version, frozenset({"p-0", "p-1"})))
     assert MarkBarrier(version, BarrierState.DONE, 0.0) in actions
@@ -672,12 +677,7 @@ def test_a_join_stamped_before_the_publish_completed_counts_at_the_machine_time(
 
 def test_a_slow_publish_still_times_out_a_full_timeout_after_it_completed() -> None:
     core = leader({"p-0": "h", "p-1": "h"}, debounce_s=0.0, barrier_timeout_s=10.0)
-    core.handle(TimePassed(0.0))
-    request = core.last_request
-    assert request is not None
-    answer = HostAffinityGrouper().group(request.tasks, request.metadata)
-    actions = core.handle(GrouperFinished(0.0, request.request, answer))
-    version = next(a for a in actions if isinstance(a, PublishJobModel)).model.version
+    version = answered_at_zero(core)
     core.handle(Published(12.5, version))
     assert not any(isinstance(a, MarkBarrier) for a in core.handle(TimePassed(22.0)))
     assert MarkBarrier(version, BarrierState.TIMED_OUT, 10.0) in core.handle(TimePassed(22.5))
