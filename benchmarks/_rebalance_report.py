@@ -1,12 +1,18 @@
-"""The Markdown section ``benchmarks/rebalance.py`` writes: the measures per size, and the goals
-of issue 16 at P=1,000 with the figures measured before the work on them ("today")."""
+"""The Markdown section ``benchmarks/rebalance.py`` writes: what one death measured
+(:class:`Death`) and one size (:class:`Row`), the measures per size, and the goals of issue 16
+at P=1,000 with the figures measured before the work on them ("today")."""
 
 from __future__ import annotations
 
 import os
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks._report import machine, table
+
+__all__ = ["Death", "Row", "report"]
 
 #: Issue 16's goals (at P=1,000).
 GOAL_COORDINATOR_MS = 300  # death -> published, beyond the debounce
@@ -20,6 +26,65 @@ TODAY: dict[int, tuple[str, str, str]] = {
     300: ("1,678 ms", "2,480 ms", "about 8 ms"),
     1000: ("did not settle (sessions expired)", "-", "-"),
 }
+
+
+@dataclass
+class Death:
+    gone_to_published: float
+    published_to_done: float
+    gone_to_done: float
+    coordinator_writes: int
+    coordinator_reads: int
+    processor_writes: int
+    processor_reads: int
+    moved: int
+    survivors: int
+    cpu_processors: float = 0.0  # death -> DONE, all worker processes
+    cpu_coordinator: float = 0.0  # death -> DONE, this process and the grouper's
+    cpu_coordinator_published: float = 0.0  # death -> published, the same
+    cpu_zookeeper: float = 0.0
+    cpu_rebalance: float = 0.0  # death -> every survivor settled (locality written), workers
+    idle_rebalance: float = 0.0  # what the workers use idle over that time (subtracted)
+    coordinator_requests: int = 0
+    processor_requests: int = 0
+    first_join: float = 0.0
+    last_join: float = 0.0
+    last_join_to_done: float = 0.0
+    load: float = 0.0  # 1-minute load average at the death
+    grouper: float = 0.0  # the leader's grouper run (its rebalance history)
+    returned_late: float = 0.0  # after the commit: the leader's publish call returned
+    observed_late: float = 0.0  # after the commit: an observer's watch saw it
+    observed_to_done: float = 0.0  # death -> DONE as the observer saw it (when it samples CPU)
+
+    @property
+    def cpu_to_done(self) -> float:
+        return self.cpu_processors + self.cpu_coordinator + self.cpu_zookeeper
+
+    @property
+    def survivor_cpu(self) -> float:
+        """One survivor's CPU for the whole rebalance (idle CPU subtracted)."""
+        return max(0.0, self.cpu_rebalance - self.idle_rebalance) / max(1, self.survivors)
+
+
+@dataclass
+class Row:
+    processors: int
+    tasks: int
+    debounce_s: float
+    workers: int
+    deaths: list[Death] = field(default_factory=list)
+    decode_s: float = 0.0
+    view_s: float = 0.0
+    #: the CPU of one plain get round trip (benchmarks/_reference.py) before and after the deaths
+    reference_s: tuple[float, float] = (0.0, 0.0)
+
+    def median(self, pick: Callable[[Death], float]) -> float:
+        return statistics.median(pick(d) for d in self.deaths)
+
+    @property
+    def reference(self) -> float:
+        """The machine's moment: the mean of the two reference measures."""
+        return sum(self.reference_s) / 2
 
 
 def ms(seconds: float, digits: int = 0) -> str:
