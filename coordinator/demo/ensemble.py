@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from coordinator.demo.zookeeper import MAIN_CLASS, EmbeddedZooKeeper, four_letter_word, free_port
+from coordinator.demo.processes import free_port
+from coordinator.demo.zookeeper import MAIN_CLASS, EmbeddedZooKeeper, four_letter_word
 
 __all__ = ["QUORUM_MAIN_CLASS", "EnsembleServer", "Link", "ZooKeeperEnsemble"]
 

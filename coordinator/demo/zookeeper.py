@@ -14,10 +14,10 @@ port, and expires a client's session for real::
 ``tls=True`` adds a TLS client port (``secure_hosts``; ``tls``: a throw-away CA's PEM files).
 Nothing is mocked; everything binds to 127.0.0.1. The process helpers (:func:`free_port`,
 :func:`wait_until`, :func:`stop_processes`, :func:`kill_process`), which serve every local daemon
-we start (e.g. the example's Spark cluster), are in :mod:`coordinator.demo.processes` and can be
-imported from here too. An ensemble on loopback would be three servers whose
-:meth:`~EmbeddedZooKeeper._config_lines` get its ``server.N`` lines (and ``data/myid``), with
-their ``hosts`` joined; each server's process life cycle stays as it is.
+we start (e.g. the example's Spark cluster), are in :mod:`coordinator.demo.processes`. An
+ensemble on loopback would be three servers whose :meth:`~EmbeddedZooKeeper._config_lines` get
+its ``server.N`` lines (and ``data/myid``), with their ``hosts`` joined; each server's process
+life cycle stays as it is.
 """
 
 from __future__ import annotations
@@ -36,25 +36,11 @@ from coordinator.demo.processes import (
     ProcessExited,
     free_port,
     kill_process,
-    port_open,
-    signal_group,
     stop_processes,
     wait_until,
 )
 
-__all__ = [
-    "EmbeddedZooKeeper",
-    "ProcessExited",
-    "TlsFiles",
-    "ZooKeeperUnavailable",
-    "four_letter_word",
-    "free_port",
-    "kill_process",
-    "port_open",
-    "signal_group",
-    "stop_processes",
-    "wait_until",
-]
+__all__ = ["EmbeddedZooKeeper", "TlsFiles", "ZooKeeperUnavailable", "four_letter_word"]
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
