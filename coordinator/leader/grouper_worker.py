@@ -147,22 +147,11 @@ class GrouperWorker:
 
     def _await_ready(self) -> str | None:
         """Wait for a started worker to load its grouper; an error string if it failed."""
-        conn = self._conn
-        assert conn is not None
         if self._ready:
             return None
-        try:
-            if not conn.poll(START_TIMEOUT_S):
-                self.close()
-                return f"the grouper process did not start within {START_TIMEOUT_S:g} s"
-            kind, detail = conn.recv()
-        except (EOFError, OSError):
-            return self._died()
-        if kind != "ready":
-            self.close()
-            return str(detail)
-        self._ready = True
-        return None
+        failed = self._exchange(None, "ready", START_TIMEOUT_S, "start")
+        self._ready = failed is None
+        return failed
 
     def run(
         self, tasks: tuple[TaskModel, ...], metadata: GrouperMetadata, timeout_s: float
@@ -199,25 +188,34 @@ class GrouperWorker:
     def _hand_over(self, tasks: tuple[TaskModel, ...]) -> str | None:
         """Send the job's tasks unless the worker holds them, and wait until it has decoded
         them; an error string if it could not take them."""
-        conn = self._conn
-        assert conn is not None
         if self._tasks_sent is tasks:
             return None
         self._known = {task.name: task for task in tasks}
+        message = ("tasks", encode_tasks(tasks))
+        failed = self._exchange(message, "tasks", TASKS_TIMEOUT_S, "take the job's tasks")
+        if failed is None:
+            self._tasks_sent = tasks
+        return failed
+
+    def _exchange(
+        self, message: tuple[str, object] | None, expected: str, within_s: float, doing: str
+    ) -> str | None:
+        """Send ``message`` (if any) and wait for the worker's ``expected`` reply; an error
+        string if it fails, or does not ``doing`` within ``within_s`` (it is then stopped)."""
+        conn = self._conn
+        assert conn is not None
         try:
-            conn.send(("tasks", encode_tasks(tasks)))
-            if not conn.poll(TASKS_TIMEOUT_S):
+            if message is not None:
+                conn.send(message)
+            if not conn.poll(within_s):
                 self.close()
-                return (
-                    f"the grouper process did not take the job's tasks within {TASKS_TIMEOUT_S:g} s"
-                )
+                return f"the grouper process did not {doing} within {within_s:g} s"
             kind, detail = conn.recv()
         except (EOFError, OSError):
             return self._died()
-        if kind != "tasks":
+        if kind != expected:
             self.close()
             return str(detail)
-        self._tasks_sent = tasks
         return None
 
     def _died(self) -> str:
