@@ -18,7 +18,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
 
-from metadata.zk.connection import read_eagerly
+from metadata.zk.connection import lean_client
 from metadata.zk.errors import PermissionDenied, StoreUnavailable
 from metadata.zk.handler import PollingHandler
 
@@ -165,7 +165,7 @@ def connect(
         verify_certs=verify_certs,
         handler=PollingHandler(),  # one poll(2) per wait, not an epoll built and closed
     )
-    read_eagerly(client)  # recv/send first, poll only on EAGAIN; callers write their requests
+    lean_client(client)  # recv/send first, poll only on EAGAIN; callers write their requests
     log = structlog.get_logger("metadata.zk").bind(hosts=hosts, use_ssl=use_ssl)
     try:
         client.start(timeout=connect_timeout_s)

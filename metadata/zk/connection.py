@@ -24,7 +24,7 @@ stream: the caller shuts the socket down, and the connection thread reconnects a
 request with ``ConnectionLoss``, as it would have had it written it.
 
 kazoo builds its :class:`~kazoo.protocol.connection.ConnectionHandler` inside ``KazooClient``
-with no factory to pass; :func:`read_eagerly` turns a new client into a :class:`DirectClient`
+with no factory to pass; :func:`lean_client` turns a new client into a :class:`DirectClient`
 and its handler into this subclass before the client starts (the class swap adds methods and
 the lock). ``tests/unit/test_zk_connection.py`` pins the kazoo methods it replaces or wraps.
 """
@@ -42,7 +42,7 @@ from kazoo.exceptions import ConnectionDropped
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.states import KeeperState
 
-__all__ = ["DirectClient", "EagerConnection", "read_eagerly"]
+__all__ = ["DirectClient", "EagerConnection", "lean_client"]
 
 _log = logging.getLogger(__name__)
 _XID_WRAP = 2147483647  # as kazoo's connection numbers requests
@@ -52,7 +52,7 @@ class EagerConnection(ConnectionHandler):  # type: ignore[misc]  # (kazoo: untyp
     """kazoo's handler whose ``_read`` and ``_write`` wait only when the socket would block, and
     which lets the calling thread write a request itself (:meth:`send_now`)."""
 
-    _send_lock: threading.RLock  # (set by read_eagerly) every write and xid, and state changes
+    _send_lock: threading.RLock  # (set by lean_client) every write and xid, and state changes
     _direct: bool  # the handshake and authentication of the current connection are over
     _send_timeout: float  # kazoo's connect timeout of the current connection, seconds
     _xid: int  # (kazoo's) the last request's number
@@ -180,7 +180,7 @@ class DirectClient(KazooClient):  # type: ignore[misc]  # (kazoo: untyped)
             super()._session_callback(state)
 
 
-def read_eagerly(client: KazooClient) -> KazooClient:
+def lean_client(client: KazooClient) -> KazooClient:
     """Make ``client`` a :class:`DirectClient` and its connection an :class:`EagerConnection`;
     call it before ``start``."""
     connection: Any = client._connection

@@ -20,7 +20,7 @@ from kazoo.exceptions import ConnectionDropped
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.connection import ConnectionHandler
 
-from metadata.zk.connection import EagerConnection, read_eagerly
+from metadata.zk.connection import EagerConnection, lean_client
 from metadata.zk.handler import PollingHandler
 
 
@@ -40,7 +40,7 @@ class CountingHandler(PollingHandler):
 def wired() -> Iterator[tuple[Any, socket.socket, CountingHandler]]:
     """An eager connection on one end of a socket pair (non-blocking, as kazoo sets it)."""
     handler = CountingHandler()
-    client = read_eagerly(KazooClient(hosts="127.0.0.1:1", handler=handler))
+    client = lean_client(KazooClient(hosts="127.0.0.1:1", handler=handler))
     ours, peer = socket.socketpair()
     ours.setblocking(False)
     connection: Any = client._connection
@@ -53,10 +53,10 @@ def wired() -> Iterator[tuple[Any, socket.socket, CountingHandler]]:
 
 
 def test_a_client_gets_the_eager_connection_once() -> None:
-    client = read_eagerly(KazooClient(hosts="127.0.0.1:1"))
+    client = lean_client(KazooClient(hosts="127.0.0.1:1"))
     assert type(client._connection) is EagerConnection
     with pytest.raises(TypeError, match="EagerConnection"):
-        read_eagerly(client)
+        lean_client(client)
 
 
 def test_kazoo_still_has_the_two_methods_it_replaces() -> None:

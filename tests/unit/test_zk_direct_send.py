@@ -21,13 +21,13 @@ from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import GetData
 from kazoo.protocol.states import KeeperState
 
-from metadata.zk.connection import DirectClient, read_eagerly
+from metadata.zk.connection import DirectClient, lean_client
 
 
 @pytest.fixture
 def wired() -> Iterator[tuple[Any, Any, socket.socket]]:
     """A client whose connection is up on one end of a socket pair: connected, handshake over."""
-    client: Any = read_eagerly(KazooClient(hosts="127.0.0.1:1"))
+    client: Any = lean_client(KazooClient(hosts="127.0.0.1:1"))
     ours, peer = socket.socketpair()
     ours.setblocking(False)
     peer.settimeout(1.0)
@@ -118,10 +118,10 @@ def test_a_state_change_waits_for_a_write_in_progress(wired: Any) -> None:
 
 
 def test_a_client_is_made_direct_once() -> None:
-    client = read_eagerly(KazooClient(hosts="127.0.0.1:1"))
+    client = lean_client(KazooClient(hosts="127.0.0.1:1"))
     assert type(client) is DirectClient
     with pytest.raises(TypeError, match="DirectClient"):
-        read_eagerly(client)
+        lean_client(client)
 
 
 def test_kazoo_still_has_the_methods_it_wraps() -> None:
