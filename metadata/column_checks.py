@@ -57,7 +57,8 @@ def _at_least(column: list[int], floor: int, where: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Columns:
-    """The checked columns of a format-2 document."""
+    """The columns of a format-2 document (checked, when read from one), or of a list of tasks
+    (:func:`metadata.columns.task_columns`)."""
 
     streams: list[tuple[str, str]]
     names: list[str]

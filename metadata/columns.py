@@ -29,14 +29,13 @@ stream).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, pairwise, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
+from metadata.bulk import collector_paused
 from metadata.column_checks import Columns, Entry, checked_body, duplicate_task
 from metadata.errors import JobModelFormatError
 from metadata.fields import JobModelDocument, as_obj, as_str
@@ -49,7 +48,14 @@ from metadata.model import (
     TaskModel,
 )
 
-__all__ = ["COLUMNS_FORMAT", "ModelColumns", "container_from_columns", "document_from_columns"]
+__all__ = [
+    "COLUMNS_FORMAT",
+    "ModelColumns",
+    "container_from_columns",
+    "document_from_columns",
+    "task_columns",
+    "tasks_from_columns",
+]
 
 COLUMNS_FORMAT = 2
 
@@ -85,44 +91,17 @@ class ModelColumns:
             "config": dict(sorted(model.config.items())),
         }
         self._streams: dict[tuple[str, str], int] = {}
-        with _collector_paused():  # a million (name, task) pairs would set it off
+        with collector_paused():  # a million (name, task) pairs would set it off
             self.blocks: dict[str, _Block] = {
                 pid: self._encode(container) for pid, container in sorted(model.containers.items())
             }
 
     def _encode(self, container: ContainerModel) -> _Block:
-        """One container's rows, built with ``map`` over attribute getters (C-level passes)."""
         items = list(container.tasks.items())  # in the model's order: sorting cost 1/3
         items += container.standby_tasks.items()
-        tasks = list(map(itemgetter(1), items))
-        sets = list(map(attrgetter("partitions"), tasks))
-        counts = list(map(len, sets))
-        if counts.count(1) == len(counts):
-            ssps = list(chain.from_iterable(sets))
-        else:
-            ssps = list(chain.from_iterable(map(sorted, sets)))
-        return _Block(
-            container.location_id,
-            standbys=len(container.standby_tasks),
-            names=list(map(itemgetter(0), items)),
-            changelog=list(map(attrgetter("changelog_partition"), tasks)),
-            counts=counts,
-            streams=self._stream_column(ssps),
-            partitions=list(map(attrgetter("partition"), ssps)),
-            buckets=list(map(attrgetter("key_bucket"), ssps)),
-        )
-
-    def _stream_column(self, ssps: list[SystemStreamPartition]) -> list[int]:
-        """The stream index of each partition (new streams join the table in order)."""
-        systems = list(map(attrgetter("system"), ssps))
-        names = list(map(attrgetter("stream"), ssps))
-        if ssps and systems.count(systems[0]) == len(ssps) == names.count(names[0]):
-            key = (systems[0], names[0])  # one stream: the common case
-            return [self._streams.setdefault(key, len(self._streams))] * len(ssps)
-        keys = list(zip(systems, names, strict=True))
-        for key in dict.fromkeys(keys):
-            self._streams.setdefault(key, len(self._streams))
-        return list(map(self._streams.__getitem__, keys))
+        block = _rows(items, self._streams)
+        block.location_id, block.standbys = container.location_id, len(container.standby_tasks)
+        return block
 
     def document(self, processor_ids: Collection[str] | None = None) -> dict[str, Any]:
         """The format-2 document of every container, or of ``processor_ids`` only (sorted)."""
@@ -151,6 +130,42 @@ class ModelColumns:
         }
 
 
+def _rows(items: list[tuple[str, TaskModel]], streams: dict[tuple[str, str], int]) -> _Block:
+    """The rows of ``items`` (name, task), built with ``map`` over attribute getters (C-level
+    passes); new streams join the table ``streams`` in order."""
+    tasks = list(map(itemgetter(1), items))
+    sets = list(map(attrgetter("partitions"), tasks))
+    counts = list(map(len, sets))
+    if counts.count(1) == len(counts):
+        ssps = list(chain.from_iterable(sets))
+    else:
+        ssps = list(chain.from_iterable(map(sorted, sets)))
+    return _Block(
+        None,
+        names=list(map(itemgetter(0), items)),
+        changelog=list(map(attrgetter("changelog_partition"), tasks)),
+        counts=counts,
+        streams=_stream_column(ssps, streams),
+        partitions=list(map(attrgetter("partition"), ssps)),
+        buckets=list(map(attrgetter("key_bucket"), ssps)),
+    )
+
+
+def _stream_column(
+    ssps: list[SystemStreamPartition], streams: dict[tuple[str, str], int]
+) -> list[int]:
+    """The stream index of each partition (new streams join the table in order)."""
+    systems = list(map(attrgetter("system"), ssps))
+    names = list(map(attrgetter("stream"), ssps))
+    if ssps and systems.count(systems[0]) == len(ssps) == names.count(names[0]):
+        key = (systems[0], names[0])  # one stream: the common case
+        return [streams.setdefault(key, len(streams))] * len(ssps)
+    keys = list(zip(systems, names, strict=True))
+    for key in dict.fromkeys(keys):
+        streams.setdefault(key, len(streams))
+    return list(map(streams.__getitem__, keys))
+
+
 def _container_entry(pid: str, block: _Block) -> dict[str, Any]:
     entry = {
         "processor_id": pid,
@@ -160,21 +175,36 @@ def _container_entry(pid: str, block: _Block) -> dict[str, Any]:
     return {**entry, "standby_tasks": block.standbys} if block.standbys else entry
 
 
+def task_columns(tasks: Iterable[TaskModel]) -> Columns:
+    """``tasks`` as format 2's task and partition columns, in order, with no document around
+    them: for another wire than the store's (the grouper's process). :func:`tasks_from_columns`
+    reads them back."""
+    streams: dict[tuple[str, str], int] = {}
+    with collector_paused():
+        block = _rows([(task.name, task) for task in tasks], streams)
+    return Columns(
+        streams=list(streams),
+        names=block.names,
+        changelog=block.changelog,
+        counts=block.counts,
+        stream=block.streams,
+        partition=block.partitions,
+        bucket=block.buckets,
+    )
+
+
 # ---------------------------------------------------------------- reading
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused while decoding or encoding: the millions of objects
-    made hold no cycles, and collections set off by their creation alone doubled the cost of a
-    decode (a fifth of an encode)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+def tasks_from_columns(columns: Columns) -> list[TaskModel]:
+    """The tasks of :func:`task_columns`, equal and in order. The columns are not checked as a
+    document's are (:func:`~metadata.column_checks.checked_body`): they must come from
+    :func:`task_columns`. Columns of different lengths raise ``ValueError``."""
+    with collector_paused():
+        tasks = _tasks(columns, 0, len(columns.names), 0)
+    if len(tasks) != len(columns.names):
+        raise ValueError("a task name is listed twice")
+    return list(tasks.values())
 
 
 def _tasks(columns: Columns, first: int, end: int, first_partition: int) -> dict[str, TaskModel]:
@@ -244,7 +274,7 @@ def document_from_columns(obj: Mapping[str, Any], version: int) -> JobModelDocum
         duplicate_task(names, containers)
     models: dict[str, ContainerModel] = {}
     first = row = 0
-    with _collector_paused():
+    with collector_paused():
         for entry in containers:
             models[entry.pid] = _container(columns, entry, first, row)
             row += sum(columns.counts[first : first + entry.rows])
@@ -263,7 +293,7 @@ def container_from_columns(obj: Mapping[str, Any], processor_id: str) -> Contain
             names = columns.names[first : first + entry.active]
             if len(set(names)) != len(names):
                 duplicate_task(names, [entry])
-            with _collector_paused():
+            with collector_paused():
                 return _container(columns, entry, first, sum(columns.counts[:first]))
         first += entry.rows
     return None
