@@ -3,6 +3,7 @@ name (the grouper's worker process unpickles them), so they live in a module of 
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Collection
@@ -75,3 +76,11 @@ class IterRaises:
 
     def group(self, tasks: Collection[TaskModel], metadata: GrouperMetadata) -> object:
         return RaisingIterable()
+
+
+class CollectorProbe:
+    """Answers whether the cyclic garbage collector ran during its call (not a valid answer:
+    the raw value reaches the coordinator, whose leader machine would refuse it)."""
+
+    def group(self, tasks: Collection[TaskModel], metadata: GrouperMetadata) -> object:
+        return ("collector enabled", gc.isenabled())

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from hostile_groupers import AllToFirst, Exits, GilHog, Sleeper
+from hostile_groupers import AllToFirst, CollectorProbe, Exits, GilHog, Sleeper
 
 from coordinator.leader.grouper_wire import decode_tasks, encode_tasks
 from coordinator.leader.grouper_worker import GrouperWorker
@@ -90,6 +90,13 @@ def test_handing_the_tasks_over_is_not_counted_in_the_time_limit(worker_factory)
     assert len(container.tasks) == len(many)
     # A second run with the same tasks sends none.
     assert worker.run(many, METADATA, limit).error is None
+
+
+def test_the_grouper_runs_with_the_garbage_collector_paused(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    worker = worker_factory(instance=CollectorProbe())
+    for _ in range(2):  # and again on the next run
+        outcome = worker.run(TASKS, METADATA, 10)
+        assert outcome.error is None and outcome.containers == ("collector enabled", False)
 
 
 def test_a_late_answer_is_never_returned(worker_factory) -> None:  # type: ignore[no-untyped-def]
