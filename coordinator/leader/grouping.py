@@ -23,8 +23,9 @@ from coordinator.protocol.leader_events import (
     RunGrouper,
     RunRecheck,
 )
-from coordinator.protocol.leader_probing import task_state
+from coordinator.protocol.leader_probing import recheck_metadata, task_state
 from groupers import GrouperMetadata
+from metadata.bulk import collector_paused
 from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 
@@ -101,7 +102,11 @@ def run_recheck(
 ) -> RecheckFinished:
     """Ask the grouper the machine's recheck question (killed at ``timeout_s``); a failed run
     answers None (the model counts as settled: probing needs the grouper to say otherwise)."""
-    outcome = worker.run(action.tasks, action.question, timeout_s)
+    with collector_paused():  # a million tasks' worth of dicts
+        question = recheck_metadata(action.metadata, list(action.model.containers.values()))
+    if question is None:  # (not containers: never a model in force)
+        return RecheckFinished(clock(), action.version, None)
+    outcome = worker.run(action.tasks, question, timeout_s)
     metrics.grouper_duration.observe(outcome.seconds)
     if outcome.error is not None:
         log.warning("coordinator.recheck_failed", version=action.version, error=outcome.error)

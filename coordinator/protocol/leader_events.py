@@ -165,14 +165,21 @@ class RunGrouper:
 
 @dataclass(frozen=True)
 class RunRecheck:
-    """Is the model ``version``, now in force, the grouper's fixed point? Run the grouper on
-    ``question`` (:func:`~coordinator.protocol.leader_probing.recheck_metadata`) and report
+    """Is ``model``, now in force and the answer to ``metadata``, the grouper's fixed point?
+    Run the grouper on the question
+    (:func:`~coordinator.protocol.leader_probing.recheck_metadata` of both) and report
     :class:`RecheckFinished`. Asked once the barrier is DONE (or when an answer equals the
-    model in force), so it never delays a publish or a barrier."""
+    model in force), so it never delays a publish or a barrier: the adapter works the question
+    out when it carries the recheck out, after the actions before it (at 1,000,000 tasks that
+    takes seconds, and a question worked out by the machine held back the DONE it decided)."""
 
-    version: int
     tasks: tuple[TaskModel, ...]
-    question: GrouperMetadata
+    model: JobModel
+    metadata: GrouperMetadata
+
+    @property
+    def version(self) -> int:
+        return self.model.version
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from coordinator.protocol.leader_policy import (
     debounce_due,
     grace_until,
 )
-from coordinator.protocol.leader_probing import recheck_metadata, settled
+from coordinator.protocol.leader_probing import settled
 from coordinator.protocol.leader_trigger import RebalanceCause, Trigger
 from groupers import GrouperMetadata
 from metadata.model import BarrierState, JobModel, TaskModel
@@ -112,11 +112,8 @@ class LeaderTimers:
         self.rechecking = None
         if metadata is None or self.settings.probing_interval_s <= 0:
             return []
-        question = recheck_metadata(metadata, list(model.containers.values()))
-        if question is None:
-            return []
         self.rechecking = (model.version, metadata)
-        return [RunRecheck(model.version, self.tasks, question)]
+        return [RunRecheck(self.tasks, model, metadata)]
 
     def _recheck_finished(self, event: RecheckFinished) -> None:
         in_force, asked = self.in_force, self.rechecking

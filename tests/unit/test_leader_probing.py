@@ -3,6 +3,13 @@ with the real host-affinity grouper where its answer matters."""
 
 from __future__ import annotations
 
+import pytest
+import structlog
+
+from coordinator.leader.grouper_worker import GrouperOutcome
+from coordinator.leader.grouping import run_recheck
+from coordinator.observability import CoordinatorMetrics
+from coordinator.protocol import leader_probing, leader_timers
 from coordinator.protocol.leader import LeaderMachine
 from coordinator.protocol.leader_events import (
     BarrierUpdated,
@@ -22,7 +29,7 @@ from coordinator.protocol.leader_policy import check_answer
 from coordinator.protocol.leader_probing import recheck_metadata, settled, task_state
 from coordinator.protocol.leader_trigger import Trigger
 from groupers import GrouperMetadata, get_grouper
-from metadata.model import ContainerModel, FrozenMap, SystemStreamPartition, TaskModel
+from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 
 TASKS = tuple(
     TaskModel(f"Partition {n}", frozenset({SystemStreamPartition("kafka", "events", n)}), n)
@@ -141,3 +148,56 @@ def test_probing_is_off_without_an_interval() -> None:
     actions = _answer(core, 1.0, _containers({n: "abc"[i // 2] for i, n in enumerate(names)}), None)
     assert not any(isinstance(a, RunRecheck) for a in actions)  # no second grouper run
     assert core.handle(TimePassed(1000.0)) == []
+
+
+def test_the_step_that_decides_done_leaves_the_recheck_question_to_the_adapter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At 1,000,000 tasks working the question out takes seconds: worked out by the machine, in
+    the step that decided DONE, it held the barrier's decision back that long."""
+
+    def worked_out_here(*_: object) -> None:
+        raise AssertionError("the recheck question was worked out by the machine")
+
+    monkeypatch.setattr(leader_probing, "recheck_metadata", worked_out_here)
+    monkeypatch.setattr(leader_timers, "recheck_metadata", worked_out_here, raising=False)
+    core = LeaderMachine(TASKS, CoordinatorSettings(debounce_s=0.0, probing_interval_s=5.0))
+    request = next(
+        a for a in core.handle(LeadershipGained(0.0, THREE, {})) if isinstance(a, RunGrouper)
+    )
+    answer = _containers({t.name: "abc"[i // 2] for i, t in enumerate(TASKS)})
+    (publish,) = [
+        a
+        for a in core.handle(GrouperFinished(1.0, request.request, answer, None))
+        if isinstance(a, PublishJobModel)
+    ]
+    core.handle(Published(1.0, 1))
+    actions = core.handle(BarrierUpdated(1.5, 1, frozenset(THREE)))
+    kinds = [type(a).__name__ for a in actions]
+    assert kinds.index("MarkBarrier") < kinds.index("RunRecheck")
+    (recheck,) = [a for a in actions if isinstance(a, RunRecheck)]
+    assert recheck.model == publish.model and recheck.version == 1
+    assert recheck.metadata == request.metadata
+
+
+def test_the_adapter_asks_the_grouper_the_recheck_question() -> None:
+    metadata = GrouperMetadata(THREE, {}, {})
+    containers = _containers({t.name: "abc"[i // 2] for i, t in enumerate(TASKS)})
+    model = JobModel(1, FrozenMap({c.processor_id: c for c in containers}))
+    asked: list[GrouperMetadata] = []
+
+    class Worker:
+        def run(self, tasks: object, question: GrouperMetadata, timeout_s: float) -> object:
+            asked.append(question)
+            return GrouperOutcome(containers, None, 0.01)
+
+    finished = run_recheck(
+        Worker(),  # type: ignore[arg-type]
+        RunRecheck(TASKS, model, metadata),
+        timeout_s=5.0,
+        metrics=CoordinatorMetrics(),
+        log=structlog.get_logger("test"),
+        clock=lambda: 7.0,
+    )
+    assert asked == [recheck_metadata(metadata, list(model.containers.values()))]
+    assert finished == RecheckFinished(7.0, 1, containers)
