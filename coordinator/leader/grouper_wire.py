@@ -5,7 +5,7 @@ slotted dataclass goes through Python-level reduce and ``__init__``). The job's 
 change between rebalances, so the worker receives them once and keeps them. They cross as the
 task and partition columns of job-model format 2 (:func:`metadata.columns.task_columns`), built
 back with the garbage collector paused: at 1,000,000 tasks the hand-over took 9.1 s as a list of
-tuples and takes about 3 s as columns (build, pickle, unpickle, build back). Each request then
+tuples and takes about 4 s as columns (build, pickle, unpickle, build back). Each request then
 carries the metadata as plain dicts (``task_state`` as a dict of dicts), and the answer comes back
 as ``(processor id, location id, task names, standby task names)`` per container, rebuilt here
 from the same task objects. Anything else (an answer
