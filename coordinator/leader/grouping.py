@@ -112,4 +112,4 @@ def run_recheck(
         log.warning("coordinator.recheck_failed", version=action.version, error=outcome.error)
     log.info("coordinator.rechecked", version=action.version, seconds=round(outcome.seconds, 3))
     answer = outcome.containers if outcome.error is None else None
-    return RecheckFinished(clock(), action.version, answer)
+    return RecheckFinished(clock(), action.version, answer, question)

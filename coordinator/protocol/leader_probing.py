@@ -101,13 +101,17 @@ def settled(
     metadata: GrouperMetadata,
     containers: Mapping[str, ContainerModel],
     recheck: object,
+    *,
+    question: GrouperMetadata | None = None,
 ) -> bool:
     """Is the answer ``containers`` (valid for ``metadata``) a fixed point, given ``recheck``,
-    the grouper's answer to ``recheck_metadata(metadata, containers)``? None (no recheck, or it
-    failed) and an invalid recheck count as settled: probing needs the grouper to say so."""
+    the grouper's answer to ``question``, ``recheck_metadata(metadata, containers)`` (worked
+    out here unless given)? None (no recheck, or it failed) and an invalid recheck count as
+    settled: probing needs the grouper to say so."""
     if recheck is None:
         return True
-    question = recheck_metadata(metadata, list(containers.values()))
+    if question is None:
+        question = recheck_metadata(metadata, list(containers.values()))
     if question is None:
         return True
     try:

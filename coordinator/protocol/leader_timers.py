@@ -120,5 +120,7 @@ class LeaderTimers:
         if in_force is None or asked is None or not asked[0] == event.version == in_force.version:
             return  # superseded meanwhile: another model in force, or another recheck asked
         self.rechecking = None
-        final = settled(self.tasks, asked[1], in_force.containers, event.answer)
+        final = settled(
+            self.tasks, asked[1], in_force.containers, event.answer, question=event.question
+        )
         self.probing, self.probe_at = not final, None

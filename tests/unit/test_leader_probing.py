@@ -199,5 +199,33 @@ def test_the_adapter_asks_the_grouper_the_recheck_question() -> None:
         log=structlog.get_logger("test"),
         clock=lambda: 7.0,
     )
-    assert asked == [recheck_metadata(metadata, list(model.containers.values()))]
-    assert finished == RecheckFinished(7.0, 1, containers)
+    question = recheck_metadata(metadata, list(model.containers.values()))
+    assert asked == [question]
+    assert finished == RecheckFinished(7.0, 1, containers, question)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_the_machine_judges_the_recheck_on_the_question_the_adapter_asked(
+    monkeypatch: pytest.MonkeyPatch, same: bool
+) -> None:
+    """The adapter hands the question back with the answer: the machine does not work it out
+    a second time (seconds at 1,000,000 tasks, while events wait)."""
+    core = LeaderMachine(TASKS, CoordinatorSettings(debounce_s=0.0, probing_interval_s=5.0))
+    request = next(
+        a for a in core.handle(LeadershipGained(0.0, THREE, {})) if isinstance(a, RunGrouper)
+    )
+    names = [t.name for t in TASKS]
+    step = _containers({n: ("a" if i < 3 else "b") for i, n in enumerate(names)})
+    final = _containers({n: "abc"[i // 2] for i, n in enumerate(names)})
+    core.handle(GrouperFinished(1.0, request.request, step, None))
+    core.handle(Published(1.0, 1))
+    actions = core.handle(BarrierUpdated(1.5, 1, frozenset(THREE)))
+    (recheck,) = [a for a in actions if isinstance(a, RunRecheck)]
+    question = recheck_metadata(recheck.metadata, list(recheck.model.containers.values()))
+
+    def worked_out_again(*_: object) -> None:
+        raise AssertionError("the machine worked the recheck question out again")
+
+    monkeypatch.setattr(leader_probing, "recheck_metadata", worked_out_again)
+    core.handle(RecheckFinished(2.0, 1, step if same else final, question))
+    assert core.probing is (not same)  # the same answer: final; another: probe again
