@@ -199,7 +199,8 @@ def task_columns(tasks: Iterable[TaskModel]) -> Columns:
 def tasks_from_columns(columns: Columns) -> list[TaskModel]:
     """The tasks of :func:`task_columns`, equal and in order. The columns are not checked as a
     document's are (:func:`~metadata.column_checks.checked_body`): they must come from
-    :func:`task_columns`. Columns of different lengths raise ``ValueError``."""
+    :func:`task_columns`. Partition columns shorter than the counts say, or a name listed
+    twice, raise ``ValueError``."""
     with collector_paused():
         tasks = _tasks(columns, 0, len(columns.names), 0)
     if len(tasks) != len(columns.names):
