@@ -7,6 +7,11 @@ wait has just said the response is there. With one thousand processor sessions t
 ``poll`` calls per rebalance for each survivor's 5 requests and 2 watch events, most of them
 answered at once. :class:`EagerConnection` tries the ``recv`` / ``send`` first and waits only on
 ``EAGAIN``: the same bytes, the same timeouts and errors, one wait per message fewer than two.
+Once the session is up, one ``recv`` takes whatever the socket holds (kazoo reads a message's
+length, then its body: two reads each), and every whole message it brought in is handled before
+the loop waits again: two pipelined answers, or an answer and a watch event, cost one wait and
+one read. During the handshake it reads only what is asked for, as kazoo reads those replies
+outside its loop.
 TLS sockets keep kazoo's own code (an ``SSLSocket`` may hold decrypted bytes that ``poll`` does
 not see, which kazoo's ``pending()`` check handles).
 
@@ -39,13 +44,14 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionDropped
-from kazoo.protocol.connection import ConnectionHandler
+from kazoo.protocol.connection import CLOSE_RESPONSE, ConnectionHandler
 from kazoo.protocol.states import KeeperState
 
 __all__ = ["DirectClient", "EagerConnection", "lean_client"]
 
 _log = logging.getLogger(__name__)
 _XID_WRAP = 2147483647  # as kazoo's connection numbers requests
+_RECV_BYTES = 65536  # what one read of a connected socket takes at most, beyond what is asked
 
 
 class EagerConnection(ConnectionHandler):  # type: ignore[misc]  # (kazoo: untyped)
@@ -56,6 +62,7 @@ class EagerConnection(ConnectionHandler):  # type: ignore[misc]  # (kazoo: untyp
     _direct: bool  # the handshake and authentication of the current connection are over
     _send_timeout: float  # kazoo's connect timeout of the current connection, seconds
     _xid: int  # (kazoo's) the last request's number
+    _inbox: bytearray  # (set by lean_client) bytes read from the socket, not yet handled
 
     def send_now(self, request: Any, async_object: Any) -> bool:
         """Write ``request`` from the calling thread, pending ``async_object``; False (nothing
@@ -83,6 +90,7 @@ class EagerConnection(ConnectionHandler):  # type: ignore[misc]  # (kazoo: untyp
     def _connect(self, host: str, hostip: str, port: int) -> tuple[float, float]:
         with self._send_lock:
             self._direct = False
+        self._inbox = bytearray()  # (what the last connection left unread is void)
         read_timeout, connect_timeout = super()._connect(host, hostip, port)
         with self._send_lock:  # authenticated too: from now on callers may write
             self._direct, self._send_timeout = True, connect_timeout / 1000.0
@@ -96,16 +104,30 @@ class EagerConnection(ConnectionHandler):  # type: ignore[misc]  # (kazoo: untyp
         with self._send_lock:
             super()._send_ping(connect_timeout)
 
+    def _read_socket(self, read_timeout: float) -> Any:
+        """Handle one response or event (kazoo's), then every further one that a read already
+        brought in whole: kazoo's loop waits on the socket, which no longer shows them."""
+        response = super()._read_socket(read_timeout)
+        while response != CLOSE_RESPONSE and self._whole_message_buffered():
+            response = super()._read_socket(read_timeout)
+        return response
+
+    def _whole_message_buffered(self) -> bool:
+        inbox = self._inbox
+        return len(inbox) >= 4 and len(inbox) >= 4 + int.from_bytes(inbox[:4], "big", signed=True)
+
     def _read(self, length: int, timeout: float) -> bytes:
         sock = self._socket
         if isinstance(sock, ssl.SSLSocket):
             return bytes(super()._read(length, timeout))
-        parts: list[bytes] = []
-        remaining = length
+        inbox = self._inbox
+        # Once connected, take what the socket has (several messages at once); during the
+        # handshake only what was asked for: kazoo's loop has not started to drain the rest.
+        most = _RECV_BYTES if self._direct else 0
         try:  # (kazoo's ``_socket_error_handling``, without a context manager per read)
-            while remaining > 0:
+            while len(inbox) < length:
                 try:
-                    chunk: bytes | None = sock.recv(remaining)
+                    chunk: bytes | None = sock.recv(max(length - len(inbox), most))
                 except BlockingIOError:
                     chunk = None
                 if chunk is None:
@@ -113,11 +135,12 @@ class EagerConnection(ConnectionHandler):  # type: ignore[misc]  # (kazoo: untyp
                     continue
                 if not chunk:
                     raise ConnectionDropped("socket connection broken")
-                parts.append(chunk)
-                remaining -= len(chunk)
+                inbox += chunk
         except OSError as exc:
             raise _dropped(exc) from exc
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        message = bytes(inbox[:length])
+        del inbox[:length]
+        return message
 
     def _write(self, msg: bytes, timeout: float) -> None:
         sock = self._socket
@@ -191,6 +214,7 @@ def lean_client(client: KazooClient) -> KazooClient:
         )
     connection._send_lock = threading.RLock()
     connection._direct, connection._send_timeout = False, 10.0
+    connection._inbox = bytearray()
     connection.__class__ = EagerConnection
     client.__class__ = DirectClient
     return client

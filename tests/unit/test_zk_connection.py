@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -16,9 +17,10 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionDropped
+from kazoo.exceptions import ConnectionDropped, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.connection import ConnectionHandler
+from kazoo.protocol.serialization import GetData
 
 from metadata.zk.connection import EagerConnection, lean_client
 from metadata.zk.handler import PollingHandler
@@ -59,11 +61,12 @@ def test_a_client_gets_the_eager_connection_once() -> None:
         lean_client(client)
 
 
-def test_kazoo_still_has_the_two_methods_it_replaces() -> None:
+def test_kazoo_still_has_the_methods_it_replaces() -> None:
     """A kazoo upgrade that renames or reshapes them must fail here, not in production."""
     for name, params in (
         ("_read", ["self", "length", "timeout"]),
         ("_write", ["self", "msg", "timeout"]),
+        ("_read_socket", ["self", "read_timeout"]),
     ):
         assert list(inspect.signature(getattr(ConnectionHandler, name)).parameters) == params
     assert hasattr(ConnectionHandler, "_socket_error_handling")
@@ -135,3 +138,58 @@ def test_a_closed_peer_or_socket_drops_the_connection(wired: Any) -> None:
     connection._socket.close()
     with pytest.raises(ConnectionDropped, match="socket connection error"):
         connection._read(4, 1.0)
+
+
+def _error_reply(xid: int, err: int) -> bytes:
+    """ZooKeeper's framed reply to request ``xid`` failing with ``err`` (header only)."""
+    body = struct.pack("!iqi", xid, 7, err)
+    return struct.pack("!i", len(body)) + body
+
+
+def _pend(connection: Any, xid: int) -> Any:
+    """A GetData request ``xid`` awaiting its answer, as kazoo keeps it."""
+    result = connection.client.handler.async_result()
+    connection.client._pending.append((GetData(f"/n{xid}", None), result, xid))
+    return result
+
+
+def test_messages_read_together_are_all_handled_before_the_next_wait(wired: Any) -> None:
+    """Once connected, one read takes what the socket has; every whole message it brought in is
+    handled at once (kazoo's loop waits on the socket, which no longer shows them)."""
+    connection, peer, handler = wired
+    connection._direct = True
+    first, second, third = _pend(connection, 1), _pend(connection, 2), _pend(connection, 3)
+    whole = _error_reply(1, -101) + _error_reply(2, -101)
+    peer.sendall(whole + _error_reply(3, -101)[:6])  # and the start of a third
+    connection._read_socket(1.0)
+    for answered in (first, second):
+        with pytest.raises(NoNodeError):
+            answered.get(timeout=0)
+    assert not third.ready() and len(connection._inbox) == 6  # kept for the next read
+    assert handler.waits == 0
+    peer.sendall(_error_reply(3, -101)[6:])
+    connection._read_socket(1.0)
+    with pytest.raises(NoNodeError):
+        third.get(timeout=0)
+    assert not connection._inbox
+
+
+def test_the_handshake_reads_only_what_it_asks_for(wired: Any) -> None:
+    """Before the session is up kazoo reads its replies itself, not through its loop: a read
+    must leave the next message in the socket, where the loop's wait will see it."""
+    connection, peer, _handler = wired
+    peer.sendall(_error_reply(1, 0) + _error_reply(2, 0))
+    length = struct.unpack("!i", connection._read(4, 1.0))[0]
+    connection._read(length, 1.0)
+    assert not connection._inbox
+    assert connection._socket.recv(64, socket.MSG_PEEK) == _error_reply(2, 0)
+
+
+def test_a_new_connection_starts_with_nothing_read(
+    wired: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connection, _peer, _handler = wired
+    connection._inbox += b"\x00\x00\x00\x10half a reply of the old connection"
+    monkeypatch.setattr(ConnectionHandler, "_connect", lambda *_args: (10_000, 4_000))
+    assert connection._connect("zk", "127.0.0.1", 2181) == (10_000, 4_000)
+    assert not connection._inbox and connection._direct
