@@ -24,6 +24,7 @@ T = TypeVar("T")
 #: or the connection thread for :func:`~metadata.zk.handler.inline` ones).
 Watcher = Callable[[Any], None]
 Read = tuple[bytes, ZnodeStat] | None
+_EPHEMERAL = 1  # ZooKeeper's create flag (kazoo's ``create_async(ephemeral=True)``)
 
 
 class PipelinedReads:
@@ -77,7 +78,9 @@ class PipelinedReads:
         chosen = list(self.acl)
 
         def attempt() -> tuple[bool, Read]:
-            created = self.client.create_async(path, b"", acl=chosen, ephemeral=True)
+            # kazoo's ``create_async`` hands its answer on through its completion thread (a
+            # queue and a thread woken); the request it wraps is answered on the connection's.
+            created = self.client._create_async_inner(path, b"", chosen, _EPHEMERAL)
             reading = self.client.get_async(read, watch=watch)
             try:
                 self._wait(created)

@@ -73,6 +73,29 @@ def test_join_and_watch_joins_reads_new_then_done_and_nothing_after(
     assert sent == ["Create", "GetData", "GetData"]  # one round trip, then the decision
 
 
+def test_the_join_is_answered_on_the_connection_thread_alone(
+    leader: tuple[ZkMetadataStore, LeaderEpoch],
+    member: Callable[[], ZkMetadataStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kazoo's ``create_async`` hands its answer on through its completion thread (a queue and
+    a thread woken per join); the join's create is answered where its read is."""
+    processor = member()
+    handed_on: list[object] = []
+    completions = processor.client.handler.completion_queue
+    put = completions.put
+
+    def counted(item: object, *args: object) -> None:
+        handed_on.append(item)
+        put(item, *args)
+
+    monkeypatch.setattr(completions, "put", counted)
+    states: list[BarrierState | None] = []
+    processor.barriers.join_and_watch(1, "p-1", states.append, fail)
+    assert states == [BarrierState.NEW] and processor.barriers.participants(1) == {"p-1"}
+    assert handed_on == []
+
+
 def test_join_and_watch_twice_from_one_session_or_from_another(
     leader: tuple[ZkMetadataStore, LeaderEpoch], member: Callable[[], ZkMetadataStore]
 ) -> None:

@@ -133,6 +133,11 @@ def test_kazoo_still_has_the_methods_it_wraps() -> None:
         (ConnectionHandler, "_submit", ["self", "request", "timeout", "xid"]),
         (KazooClient, "_call", ["self", "request", "async_object"]),
         (KazooClient, "_session_callback", ["self", "state"]),
+        (
+            KazooClient,
+            "_create_async_inner",
+            ["self", "path", "value", "acl", "flags", "trailing", "include_data"],
+        ),
     ):
         assert list(inspect.signature(getattr(owner, name)).parameters) == params, name
     client: Any = KazooClient(hosts="127.0.0.1:1")
