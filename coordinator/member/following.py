@@ -70,7 +70,7 @@ class FollowActions:
     store: ZkMetadataStore
     log: Any
     _watches: Watches
-    _events: queue.Queue[Any]
+    _events: queue.SimpleQueue[Any]
     _deliver: Callable[[str | None, MemberEvent], None]  # (MemberGroup's)
 
     def _watch_versions(self, member: Any, _action: WatchVersions) -> list[MemberEvent]:

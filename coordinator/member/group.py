@@ -141,7 +141,7 @@ class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
         self._unregister = unregister or store.processors.unregister
         self._members: dict[str, _Member] = {}
         self._lock = threading.Lock()
-        self._events: queue.Queue[_Item] = queue.Queue()
+        self._events: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._watches = Watches()
         self._parked: list[Callable[[], None]] = []  # follow-up reads waiting for a connection
         self._duplicate_wait_s = duplicate_wait_s
