@@ -6,8 +6,9 @@ raises, the layout, the barrier states (``NEW``/``DONE``/``TIMED_OUT``: aliases 
 :class:`~metadata.model.BarrierState`) and the recipes' value types are re-exported here.
 
 Holds the plumbing, one concern a module: ``client`` (connect, ACLs), ``handler`` and
-``connection`` (kazoo's threading handler waiting with one ``poll``, its connection reading and
-writing before it waits, the calling thread writing its own request), ``store``
+``connection`` (kazoo's threading handler waiting with one ``poll`` and handing answers over
+through one lock, its connection reading and writing before it waits, several messages a read,
+the calling thread writing its own request), ``store``
 (:class:`ZkMetadataStore`, which holds the recipes), ``ops`` (every ZooKeeper call: retries,
 sizes, counters), ``retry`` (the retry loop, kazoo -> store errors), ``transaction`` (operations,
 batching), ``multiread`` (many reads at once), ``fenced`` (leader writes fenced by the epoch),
