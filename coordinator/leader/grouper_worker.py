@@ -19,6 +19,9 @@ published. :class:`GrouperWorker` therefore runs it in a separate process:
   At the deadline the process is killed (SIGKILL) and reaped, and the run is a timeout: no
   answer can arrive after its deadline, and no thread is left behind. The next run starts a
   fresh process;
+- :meth:`GrouperWorker.interrupt` (from any thread) kills the process at once: a run waiting on
+  it in another thread ends as for a dead worker (:mod:`coordinator.leader.recheck` ends a
+  recheck so when a grouper run is asked);
 - whatever the grouper raises, ``SystemExit`` and ``KeyboardInterrupt`` included, comes back as
   ``"<type>: <message>"``; a worker that dies (``os._exit``, a crash) is reported with its exit
   code and replaced.
@@ -29,6 +32,7 @@ job (:func:`coordinator.protocol.leader_policy.check_answer`).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import time
 from collections.abc import Callable, Mapping
@@ -190,6 +194,15 @@ class GrouperWorker:
             self.close()
             error = f"the grouper's answer cannot be read: {_describe(exc)}"
             return GrouperOutcome(None, error, time.perf_counter() - started)
+
+    def interrupt(self) -> None:
+        """(Any thread) Kill the worker's process now: a :meth:`run` waiting on it in another
+        thread returns at once, as for a worker that died, and reaps it there; the next run
+        starts a fresh process."""
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(ValueError):  # closed meanwhile by the running thread
+                process.kill()
 
     def _hand_over(self, tasks: tuple[TaskModel, ...]) -> str | None:
         """Send the job's tasks unless the worker holds them, and wait until it has decoded

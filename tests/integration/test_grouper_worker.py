@@ -108,6 +108,24 @@ def test_a_late_answer_is_never_returned(worker_factory) -> None:  # type: ignor
     assert fresh.run(TASKS, METADATA, 5).error is None
 
 
+def test_a_run_is_ended_at_once_by_an_interrupt_from_another_thread(worker_factory) -> None:  # type: ignore[no-untyped-def]
+    """What a grouper run asked during a recheck does (coordinator.leader.recheck)."""
+    worker = worker_factory(instance=Sleeper(30.0))
+    outcomes = []
+    running = threading.Thread(target=lambda: outcomes.append(worker.run(TASKS, METADATA, 60)))
+    running.start()
+    time.sleep(1.0)  # started, holds the tasks, sleeping in the grouper
+    asked = time.monotonic()
+    worker.interrupt()
+    running.join(10)
+    assert not running.is_alive() and time.monotonic() - asked < 5
+    assert outcomes[0].containers is None and "died (exit code -9)" in (outcomes[0].error or "")
+    assert worker.pid is None  # reaped by the thread that ran it
+    worker.interrupt()  # nothing runs: nothing to do
+    worker.instance = Sleeper(0.0)
+    assert worker.run(TASKS, METADATA, 10).error is None  # a fresh process
+
+
 @pytest.mark.parametrize(
     ("hard", "expected"),
     [(False, "SystemExit: grouper gave up"), (True, "the grouper process died (exit code 3)")],
