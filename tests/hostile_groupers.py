@@ -34,6 +34,21 @@ class Sleeper:
         return HostAffinityGrouper().group(tasks, metadata)
 
 
+class SlowSecondRun:
+    """Answers well; its second run in a worker process (the recheck after the first DONE)
+    first sleeps ``seconds``. A fresh worker process starts counting again."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.runs = 0
+
+    def group(self, tasks: Collection[TaskModel], metadata: GrouperMetadata) -> set[ContainerModel]:
+        self.runs += 1
+        if self.runs == 2:
+            time.sleep(self.seconds)
+        return HostAffinityGrouper().group(tasks, metadata)
+
+
 class AllToFirst:
     """Every task to the first processor, at once: a grouper that costs (almost) nothing."""
 

@@ -29,7 +29,7 @@ from metadata.bulk import collector_paused
 from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 
-__all__ = ["grouper_answer", "run_grouper", "run_recheck", "with_task_state"]
+__all__ = ["run_grouper", "run_recheck", "with_task_state"]
 
 
 def with_task_state(store: ZkMetadataStore, metadata: GrouperMetadata, log: Any) -> GrouperMetadata:
@@ -42,26 +42,6 @@ def with_task_state(store: ZkMetadataStore, metadata: GrouperMetadata, log: Any)
     lags = store.standby_lag.read(live, on_corrupt=skip)
     state = task_state(lags, metadata.previous_task_to_processor, live)
     return replace(metadata, task_state=state)
-
-
-def grouper_answer(
-    worker: GrouperWorker,
-    store: ZkMetadataStore,
-    action: RunGrouper | RunRecheck,
-    *,
-    timeout_s: float,
-    metrics: CoordinatorMetrics,
-    log: Any,
-    clock: Callable[[], float] = time.monotonic,
-) -> GrouperFinished | RecheckFinished:
-    """The machine's event for a :class:`RunGrouper` or a :class:`RunRecheck`."""
-    if isinstance(action, RunRecheck):
-        return run_recheck(
-            worker, action, timeout_s=timeout_s, metrics=metrics, log=log, clock=clock
-        )
-    return run_grouper(
-        worker, store, action, timeout_s=timeout_s, metrics=metrics, log=log, clock=clock
-    )
 
 
 def run_grouper(
@@ -99,16 +79,18 @@ def run_recheck(
     metrics: CoordinatorMetrics,
     log: Any,
     clock: Callable[[], float] = time.monotonic,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> RecheckFinished:
     """Ask the grouper the machine's recheck question (killed at ``timeout_s``); a failed run
-    answers None (the model counts as settled: probing needs the grouper to say otherwise)."""
+    answers None (the model counts as settled: probing needs the grouper to say otherwise).
+    A run that ``cancelled()`` ended (:mod:`coordinator.leader.recheck`) is not a failure."""
     with collector_paused():  # a million tasks' worth of dicts
         question = recheck_metadata(action.metadata, list(action.model.containers.values()))
     if question is None:  # (not containers: never a model in force)
         return RecheckFinished(clock(), action.version, None)
     outcome = worker.run(action.tasks, question, timeout_s)
     metrics.grouper_duration.observe(outcome.seconds)
-    if outcome.error is not None:
+    if outcome.error is not None and not cancelled():
         log.warning("coordinator.recheck_failed", version=action.version, error=outcome.error)
     log.info("coordinator.rechecked", version=action.version, seconds=round(outcome.seconds, 3))
     answer = outcome.containers if outcome.error is None else None

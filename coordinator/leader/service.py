@@ -24,6 +24,7 @@ kazoo's threads.
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import socket
 import threading
@@ -47,9 +48,10 @@ from coordinator.leader.backoff import (
     retrying,
 )
 from coordinator.leader.grouper_worker import GrouperWorker
-from coordinator.leader.grouping import grouper_answer
+from coordinator.leader.grouping import run_grouper, run_recheck
 from coordinator.leader.job_state import read_job_state
 from coordinator.leader.rebalances import RebalanceRecorder
+from coordinator.leader.recheck import BackgroundRecheck
 from coordinator.leader.reporting import report, report_barrier, report_published
 from coordinator.leader.settings import job_tasks, settings_from_config
 from coordinator.observability import CoordinatorMetrics, Heartbeat
@@ -252,6 +254,8 @@ class CoordinatorService:
         epoch = self.store.epochs.acquire()
         self._epoch = epoch
         log = self.log.bind(epoch=epoch.epoch)
+        run = functools.partial(run_recheck, self.grouper, **self._grouping(log))
+        self._recheck = BackgroundRecheck(self.grouper, run, deliver=self._events.put, log=log)
         log.info("coordinator.leading")
         started = self.clock()
         failure: LeadershipFailed | None = None
@@ -267,6 +271,7 @@ class CoordinatorService:
             if not self._stop.is_set() and self.clock() - started < HEALTHY_LEADERSHIP_S:
                 failure = LeadershipFailed("leading", reason)
         finally:
+            self._recheck.cancel("leading ended")
             core.handle(LeadershipLost(self.clock()))
             for watch in self._watches:
                 watch.stop()
@@ -335,17 +340,12 @@ class CoordinatorService:
             action = pending.pop(0)
             if isinstance(action, ScheduleWakeup):
                 wakeup = action.at if wakeup is None else min(wakeup, action.at)
-            elif isinstance(action, RunGrouper | RunRecheck):
-                answer = grouper_answer(
-                    self.grouper,
-                    self.store,
-                    action,
-                    timeout_s=self.grouper_timeout_s,
-                    metrics=self.metrics,
-                    log=log,
-                    clock=self.clock,
-                )
+            elif isinstance(action, RunGrouper):
+                self._recheck.cancel("a grouper run was asked")  # the worker is ours alone
+                answer = run_grouper(self.grouper, self.store, action, **self._grouping(log))
                 pending.extend(core.handle(answer))
+            elif isinstance(action, RunRecheck):  # beside the loop: events go on meanwhile
+                self._recheck.start(action)
             elif isinstance(action, PublishJobModel):
                 self._publish(action, log)
                 # The barrier deadline counts from now, not from before a slow publish.
@@ -361,6 +361,12 @@ class CoordinatorService:
             else:
                 report(action, core, self.metrics, log, self.clock())
         return wakeup
+
+    def _grouping(self, log: Any) -> dict[str, Any]:
+        """What every grouper run is given besides the worker and the action."""
+        return dict(
+            timeout_s=self.grouper_timeout_s, metrics=self.metrics, log=log, clock=self.clock
+        )
 
     def _publish(self, action: PublishJobModel, log: Any) -> None:
         version = action.model.version

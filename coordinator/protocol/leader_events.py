@@ -173,8 +173,9 @@ class RunRecheck:
     (:func:`~coordinator.protocol.leader_probing.recheck_metadata` of both) and report
     :class:`RecheckFinished`. Asked once the barrier is DONE (or when an answer equals the
     model in force), so it never delays a publish or a barrier: the adapter works the question
-    out when it carries the recheck out, after the actions before it (at 1,000,000 tasks that
-    takes seconds, and a question worked out by the machine held back the DONE it decided)."""
+    out when it carries the recheck out, beside its loop, after the actions before it (at
+    1,000,000 tasks that takes seconds, and a question worked out by the machine held back the
+    DONE it decided). A :class:`RunGrouper` asked meanwhile ends it: no answer comes."""
 
     tasks: tuple[TaskModel, ...]
     model: JobModel

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hostile_groupers import GilHog, IterRaises, ListAsProcessorId
+from hostile_groupers import GilHog, IterRaises, ListAsProcessorId, SlowSecondRun
 from jobharness import JobHarness
 from kazoo.client import KazooClient
 
@@ -31,6 +31,7 @@ from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.leader.service import CoordinatorService
 from coordinator.observability import CoordinatorMetrics, HealthServer
 from groupers import TaskNameGrouper
+from metadata.model import BarrierState
 from metadata.zk import ZkMetadataStore, connect
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
@@ -169,6 +170,30 @@ def test_an_answer_that_makes_checking_it_raise_does_not_crash_the_coordinator(
     )
     assert replica.thread.is_alive() and replica.service.is_leader
     assert replica.observer.job_models.latest_version() is None
+
+
+def test_a_rebalance_asked_during_a_slow_recheck_does_not_wait_for_it(
+    in_process: Callable[..., InProcess],
+) -> None:
+    """The probing recheck after a DONE runs beside the leader's loop: a processor that comes
+    meanwhile is rebalanced at once (the recheck is ended, its worker process killed), not
+    after the recheck (40 s here; at 1,000,000 tasks about 7 s)."""
+    replica = in_process(SlowSecondRun(40.0), timeout_ms=60000)
+    observer = replica.observer
+    observer.processors.register("p-1", "host-a")
+    replica.start()
+    wait_until(lambda: observer.job_models.latest_version() == 1, 15, "version 1")
+    observer.barriers.join(1, "p-1")
+    wait_until(lambda: observer.barriers.state(1) == BarrierState.DONE, 15, "barrier 1 DONE")
+    time.sleep(1.0)  # the recheck of version 1 is running: its grouper sleeps
+    restarts = counter(replica.metrics_text(2.0), "affinity_grouper_worker_restarts_total")
+    asked = time.monotonic()
+    observer.processors.register("p-2", "host-b")
+    wait_until(lambda: observer.job_models.latest_version() == 2, 20, "version 2")
+    assert time.monotonic() - asked < 20
+    text = replica.metrics_text(2.0)
+    assert counter(text, "affinity_grouper_worker_restarts_total") == restarts + 1
+    assert replica.service.is_leader
 
 
 # ------------------------------------------------------------------ real processes (items 5, 7)
