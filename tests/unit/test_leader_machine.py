@@ -137,6 +137,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.recheck_of: dict[int, str] = {}  # version -> how its recheck answered
         self.recheck_plan: dict[int, str] = {}  # version -> how its recheck will answer
         self.recheck_next = "same"  # how the recheck of the answer being fed will answer
+        #: the recheck in flight: it runs beside the adapter's loop, and answers at any later
+        #: step (``recheck_answers``) unless a grouper run or a change of leadership ends it
+        self.recheck_asked: RunRecheck | None = None
+        #: whether a recheck in flight when a grouper run is asked had answered just before:
+        #: its answer, queued already, is handled after that step (else the run ends it)
+        self.recheck_raced = False
+        self.late: list[object] = []
         self.settle_point = 0.0  # the last DONE, grouper answer or gain: probes wait from it
 
     # ---------------------------------------------------------------- the adapter's part
@@ -149,6 +156,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         while events:
             actions: list[Action] = self.core.handle(events.pop(0))  # type: ignore[arg-type]
             events += self.carry_out(actions)
+            if not events and self.late:
+                events.append(self.late.pop())
 
     def carry_out(self, actions: list[Action]) -> list[object]:
         """Check and apply the actions; the events they lead to (a publish: ``Published``)."""
@@ -163,6 +172,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     assert self.core.in_force is not None and self.core.dirty_since is None
                     assert self.now - self.settle_point >= SETTINGS.probing_interval_s - 1e-9
                 self.outstanding = action
+                if self.recheck_asked is not None and self.recheck_raced:
+                    self.late.append(self.answer_recheck(self.recheck_asked))
+                self.recheck_asked = None  # ended first: the worker runs one grouper at a time
             elif isinstance(action, PublishJobModel):
                 # I2: only a leader publishes, versions strictly increase, one barrier at a time.
                 assert self.core.leader
@@ -193,7 +205,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 self.deadline_from[action.model.version] = self.now
                 follow.append(Published(self.now, action.model.version))
             elif isinstance(action, RunRecheck):
-                follow.append(self.answer_recheck(action))
+                self.check_recheck_asked(action)
+                self.recheck_asked = action  # (ends one still in flight)
+                self.recheck_of.pop(action.version, None)  # no verdict until it answers
             elif isinstance(action, MarkBarrier):
                 assert self.core.leader
                 assert action.duration_s >= 0, f"barrier decided {action.duration_s} s before"
@@ -220,13 +234,20 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert isinstance(action, ScheduleWakeup | RebalanceSkipped | object)
         return follow
 
-    def answer_recheck(self, action: RunRecheck) -> RecheckFinished:
-        """The grouper's answer to a recheck, as planned when the model's answer came: the
-        same containers, another answer, or none (it failed). Asked only of the model in force
-        (once its barrier is DONE, or for an answer equal to it), never while a publish waits."""
+    def check_recheck_asked(self, action: RunRecheck) -> None:
+        """Asked only of the model in force (once its barrier is DONE, or for an answer equal
+        to it), never while a publish waits."""
         in_force = self.core.in_force
         assert self.core.leader and in_force is not None and action.version == in_force.version
         assert self.store.barrier.get(in_force.version) == BarrierState.DONE
+
+    def answer_recheck(self, action: RunRecheck) -> RecheckFinished:
+        """The grouper's answer to a recheck, as planned when the model's answer came: the
+        same containers, another answer, or none (it failed). Nothing changes the model in
+        force while it runs: a new one takes a grouper run, which ends the recheck."""
+        self.check_recheck_asked(action)
+        in_force = self.core.in_force
+        assert in_force is not None
         plan = self.recheck_plan.get(action.version, self.recheck_next)
         containers = set(in_force.containers.values())
         answer: object = None
@@ -239,9 +260,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
         return RecheckFinished(self.now, action.version, answer)
 
     def check_probing(self) -> None:
-        """The model in force probes exactly when its recheck said it is not final."""
+        """The model in force probes exactly when its recheck said it is not final; while the
+        recheck runs, it is taken as settled."""
         in_force = self.core.in_force
-        if in_force is not None and in_force.version in self.recheck_of and self.core.leader:
+        if in_force is None or not self.core.leader:
+            return
+        if self.recheck_asked is not None:
+            assert not self.core.probing
+        elif in_force.version in self.recheck_of:
             assert self.core.probing == (self.recheck_of[in_force.version] == "other")
 
     def check_timed_out(self, action: MarkBarrier) -> None:
@@ -260,7 +286,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule()
     def gain_leadership(self) -> None:
         latest = self.store.latest()
-        self.outstanding = None
+        self.outstanding = self.recheck_asked = None  # (the last term's recheck was ended)
         participants: frozenset[str] = frozenset()
         if latest is not None and self.store.barrier.get(latest.version) == BarrierState.NEW:
             self.deadline_from[latest.version] = self.now  # the new leader's clock starts
@@ -270,8 +296,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.joined[latest.version] = participants
         self.benched.clear()
         self.settle_point = self.now
+        # A verdict is unknown to the new leader: it probes once, the model in force as well as
+        # one it sees through.
+        in_force = self.store.in_force()
+        if in_force is not None:
+            self.recheck_of[in_force.version] = "other"
         if latest is not None and self.store.barrier.get(latest.version) == BarrierState.NEW:
-            self.recheck_of[latest.version] = "other"  # unknown to the new leader: it probes
+            self.recheck_of[latest.version] = "other"
         self.feed(
             LeadershipGained(
                 self.now,
@@ -287,7 +318,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule()
     def lose_leadership(self) -> None:
         self.feed(LeadershipLost(self.now))
-        self.outstanding = None
+        self.outstanding = self.recheck_asked = None  # leading ended: its recheck too
         self.benched.clear()  # a new leadership starts with nobody benched
         # The new leader will find a NEW barrier; it may also time it out itself.
 
@@ -410,16 +441,33 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert not self.published_this_step
             assert self.core.in_force == self.in_force_before
 
+    @rule(raced=st.booleans())
+    def a_recheck_may_race_the_next_grouper_run(self, raced: bool) -> None:
+        self.recheck_raced = raced
+
+    @precondition(lambda self: self.recheck_asked is not None)
+    @rule()
+    def recheck_answers(self) -> None:
+        """The recheck, run beside the adapter's loop, answers after whatever came meanwhile."""
+        action = self.recheck_asked
+        assert action is not None
+        self.recheck_asked = None
+        self.feed(self.answer_recheck(action))
+        self.check_probing()
+
     @precondition(lambda self: self.core.leader)
-    @rule(recheck=st.sampled_from(["same", "other", "none"]))
-    def a_whole_rebalance(self, recheck: str) -> None:
-        """Time enough to rebalance (or probe), a good answer, everyone joins: so that models
-        reach DONE often enough for probing to be explored."""
+    @rule(recheck=st.sampled_from(["same", "other", "none"]), rechecked=st.booleans())
+    def a_whole_rebalance(self, recheck: str, rechecked: bool) -> None:
+        """Time enough to rebalance (or probe), a good answer, everyone joins (and, if
+        ``rechecked``, the recheck answers): so that models reach DONE and are rechecked often
+        enough for probing to be explored."""
         self.time_passes(SETTINGS.debounce_max_s + SETTINGS.probing_interval_s)
         if self.outstanding is not None:
             self.grouper_answers("good", recheck)
         if self.store.latest() is not None:
             self.processors_join_the_barrier(True, 0.0)
+        if rechecked and self.recheck_asked is not None:
+            self.recheck_answers()
 
     # ------------------------------------------------------------------------ invariants
 
