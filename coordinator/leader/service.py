@@ -16,7 +16,8 @@ An election that fails (``NoAuth``: no or wrong credentials) or a leadership tha
 (exponential with jitter, up to ``BACKOFF_MAX_S``) before taking part again, logged with the
 path and counted; meanwhile ``ready()`` is false. The grouper runs in a worker process
 (:mod:`coordinator.leader.grouper_worker`) that is killed at ``grouper.timeout_ms``, given the
-standby lag reports (:mod:`coordinator.leader.grouping`).
+standby lag reports (:mod:`coordinator.leader.grouping`); the probing recheck of a model in
+force runs beside the loop (:mod:`coordinator.leader.recheck`), ended by a grouper run.
 Watch callbacks and connection-state listeners only put events on the queue: they never block
 kazoo's threads.
 """
