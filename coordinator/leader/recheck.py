@@ -33,7 +33,11 @@ from typing import Any
 from coordinator.leader.grouper_worker import GrouperWorker
 from coordinator.protocol.leader_events import RecheckFinished, RunRecheck
 
-__all__ = ["BackgroundRecheck"]
+__all__ = ["INTERRUPT_EVERY_S", "BackgroundRecheck"]
+
+#: How often :meth:`BackgroundRecheck.cancel` kills the worker's process until the recheck's
+#: thread has ended (a recheck between two processes, a dead one and the next, has none to kill).
+INTERRUPT_EVERY_S = 0.1
 
 #: ``run(action, cancelled=...)``: carry the recheck out (``cancelled()``: whether it was);
 #: :func:`coordinator.leader.grouping.run_recheck` with its worker and settings.
@@ -88,8 +92,9 @@ class BackgroundRecheck:
             return
         if thread.is_alive():
             self._cancelled.set()
-            self._worker.interrupt()
-            thread.join()
+            while thread.is_alive():  # (again: a worker process it started meanwhile goes too)
+                self._worker.interrupt()
+                thread.join(INTERRUPT_EVERY_S)
             self._log.info("coordinator.recheck_cancelled", reason=reason)
         self._thread = None
 

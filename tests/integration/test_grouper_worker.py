@@ -114,7 +114,10 @@ def test_a_run_is_ended_at_once_by_an_interrupt_from_another_thread(worker_facto
     outcomes = []
     running = threading.Thread(target=lambda: outcomes.append(worker.run(TASKS, METADATA, 60)))
     running.start()
-    time.sleep(1.0)  # started, holds the tasks, sleeping in the grouper
+    deadline = time.monotonic() + 30
+    while worker.pid is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # started, holds the tasks, sleeping in the grouper
     asked = time.monotonic()
     worker.interrupt()
     running.join(10)

@@ -101,3 +101,20 @@ def test_a_recheck_that_crashes_is_logged_and_handed_over_as_failed() -> None:
     assert finished.version == 7 and finished.answer is None
     crashed = [e for e in logs if e["event"] == "coordinator.recheck_crashed"]
     assert crashed and crashed[0]["version"] == 7 and crashed[0]["log_level"] == "error"
+
+
+def test_a_worker_process_started_after_the_first_interrupt_is_killed_too() -> None:
+    """The recheck may be between two worker processes when it is cancelled (none to kill):
+    the cancel kills again until the recheck's thread has ended."""
+
+    class LateWorker(Worker):
+        def interrupt(self) -> None:
+            self.interrupted += 1
+            if self.interrupted >= 3:  # no process for the first two
+                self.release.set()
+
+    worker = LateWorker()
+    recheck, delivered = runner(worker)
+    recheck.start(recheck_of(8))
+    recheck.cancel("a grouper run was asked")
+    assert worker.interrupted == 3 and not recheck.running and delivered.empty()
