@@ -267,7 +267,7 @@ class AffinityWay:
         self.versions: set[int] = set()  # job-model versions the batches ran under
 
     def start(self, session: Any) -> None:
-        from locality.spark import stateful_foreach_batch
+        from coordinator.streaming import stateful_foreach_batch
 
         self.session = session
         self.handler = stateful_foreach_batch(

@@ -20,7 +20,7 @@ Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, bat
 6. the output DataFrame goes to ``sink(df, batch_id)``, then the batch is committed (the
    tasks' checkpoint tokens) and task locality is written where each task ran;
 7. with standby replicas, every standby copy is brought to the commit on its executor's host
-   and its lag reported (:mod:`coordinator.member.streaming_standby`).
+   and its lag reported (:mod:`coordinator.streaming.standby`).
 
 A failure anywhere before the commit commits nothing; Spark re-runs the batch id and it starts
 again from the previous commit, with the same processing time: the same output and state.
@@ -48,7 +48,7 @@ from kazoo.client import KazooClient
 from coordinator.config import JobConfig
 from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import SparkDriverMember
-from coordinator.member.streaming_standby import NO_STANDBYS, StandbyStage, refresh_standbys
+from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from groupers import get_ssp_grouper
 from groupers.keys import stable_hash
 from locality.spark import run_pinned
