@@ -3,44 +3,41 @@ run in ``foreachBatch``, each key's state kept on the executor its job model nam
 
 Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, batch_id)``):
 
-1. the batch's processing time is read from (or written to) the pending record, so every
+1. the stream and the session are checked (key columns, a classic session with affinity's JVM
+   classes) before anything is touched; a batch id Spark runs again forgets its earlier commit;
+2. the batch's processing time is read from (or written to) the pending record, so every
    attempt of the batch uses the same one (timeouts replay exactly);
-2. the state starts from the latest commit *before* the batch id (a replayed batch id starts
-   from the batch before it);
-3. the executors are synced as processors (:class:`SparkDriverMember`) and the driver waits
+3. the state starts from the latest commit *before* the batch id;
+4. the executors are synced as processors (:class:`SparkDriverMember`) and the driver waits
    for a job model every executor follows (DONE); its task -> processor gives each task's
    executor;
-4. the batch's rows are collected and routed to the task of their key: ``h =
-   stable_hash(<key as JSON>)``, partition ``(h // f) mod P``, key bucket ``h mod f`` (the SEP-32
-   buckets of the job's virtual tasks, ``f`` the elasticity factor) and key group ``h mod
-   max_parallelism``;
-5. one Spark task per affinity task runs pinned to its executor
-   (:func:`locality.spark.run_pinned`): it opens its state (memory, the host's local copy, or a
-   restore), calls the function per key, checkpoints the batch and returns its output rows;
-6. the output DataFrame goes to ``sink(df, batch_id)``, then the batch is committed (the
-   tasks' checkpoint tokens) and task locality is written where each task ran;
+5. the pinned stage (:mod:`coordinator.streaming.stage`): the rows go from the source's
+   partitions to their task in one shuffle between executors (routing computed there: task
+   ``(h // f) mod P`` / bucket ``h mod f`` of the key's hash ``h``, key group ``h mod
+   max_parallelism``), each task runs on its executor, opens its state (memory, the host's local
+   copy, or a restore), calls the function per key and checkpoints the batch; the driver gets
+   one result row per task (its checkpoint token), never the batch's rows;
+6. ``sink(df, batch_id)`` gets the output rows where the tasks produced them, then the batch is
+   committed (the tasks' checkpoint tokens) and task locality is written where each task ran;
 7. with standby replicas, every standby copy is brought to the commit on its executor's host
    and its lag reported (:mod:`coordinator.streaming.standby`).
 
 A failure anywhere before the commit commits nothing; Spark re-runs the batch id and it starts
 again from the previous commit, with the same processing time: the same output and state.
-
-The batch's rows pass through the driver (``toPandas``) on their way to the pinned tasks: fine
-for micro-batches of up to some hundred MB of input, whatever the size of the state (which
-never leaves the executors but for checkpoints).
+``data_path="driver"`` keeps the former path, whose rows pass through the driver
+(:mod:`coordinator.streaming.driver_path`), to be measured against.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
@@ -48,10 +45,12 @@ from kazoo.client import KazooClient
 from coordinator.config import JobConfig
 from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import SparkDriverMember
+from coordinator.streaming.driver_path import run_driver_stage
+from coordinator.streaming.routing import check_key_columns
+from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from groupers import get_ssp_grouper
-from groupers.keys import stable_hash
-from locality.spark import run_pinned
+from locality.spark.jvm import JvmClassesMissing, require_classes
 from locality.spark.state import (
     TIMEOUTS,
     CommitRecord,
@@ -59,19 +58,15 @@ from locality.spark.state import (
     QuerySpec,
     Storage,
     StoreSpec,
-    TaskBatch,
-    TaskOutcome,
     latest_commit,
     parse_schema,
     write_commit,
     write_pending,
 )
+from locality.spark.state.durable import forget_commits_from
 from locality.spark.state.keyspace import KeySpace, key_text
-from locality.spark.state.runner import run_on_executor
+from locality.spark.state.pinned_task import TaskResult
 from metadata.zk import ZkMetadataStore
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 __all__ = [
     "BatchReport",
@@ -81,6 +76,11 @@ __all__ = [
     "StreamingUsageError",
     "key_text",
 ]
+
+
+#: How a batch's rows reach their tasks: one pinned shuffle between executors (the default), or
+#: the former path through the driver (:mod:`coordinator.streaming.driver_path`).
+DATA_PATHS = ("pinned-shuffle", "driver")
 
 
 class StreamingUsageError(ValueError):
@@ -129,12 +129,16 @@ class StatefulQuery:
         coordinator: str = "embedded",
         locality_wait: str | None = "30s",
         in_force_timeout_s: float = 120.0,
+        data_path: str = "pinned-shuffle",
     ) -> None:
         self.key_columns = tuple(key_columns)
         if not self.key_columns or not all(isinstance(c, str) and c for c in self.key_columns):
             raise StreamingUsageError(f"key_columns must name columns, got {key_columns!r}")
         if timeout not in TIMEOUTS:
             raise StreamingUsageError(f"timeout must be one of {TIMEOUTS}, got {timeout!r}")
+        if data_path not in DATA_PATHS:
+            raise StreamingUsageError(f"data_path must be one of {DATA_PATHS}, got {data_path!r}")
+        self.data_path = data_path
         if coordinator not in ("embedded", "external"):
             raise StreamingUsageError(
                 f"coordinator must be 'embedded' or 'external', got {coordinator!r}"
@@ -232,42 +236,38 @@ class StatefulQuery:
     def run_batch(self, df: Any, batch: int) -> BatchReport:
         """Run micro-batch ``batch`` of ``df`` (see the module docstring)."""
         began = time.perf_counter()
-        missing = [c for c in self.key_columns if c not in df.columns]
-        if missing:
-            raise StreamingUsageError(
-                f"key_columns {missing} are not columns of the stream (it has {list(df.columns)})"
-            )
+        self._check(df)
         sc = df.sparkSession.sparkContext
         driver = self.start(sc)
+        forgotten = forget_commits_from(self.storage, batch)
+        if forgotten:
+            self.log.info("streaming.batch_again", batch=batch, forgotten_commits=forgotten)
         batch_time = write_pending(self.storage, batch, int(time.time() * 1000))
         start = latest_commit(self.storage, before=batch)
         driver.sync()
         assignment = driver.in_force(self.in_force_timeout_s, self.keyspace.key_groups())
-        rows = df.toPandas()
-        work = self._task_batches(rows, batch, batch_time, start)
-        payloads = {task: (self.spec, w) for task, w in work.items()}
-        placement = driver.placement(assignment.task_to_processor)
+        plan = BatchPlan(
+            batch=batch,
+            batch_time_ms=batch_time,
+            start=start,
+            key_groups=self.keyspace.key_groups(),
+            placement=driver.placement(assignment.task_to_processor),
+            executors=driver.registrar.executors(),
+        )
+        stage = self._run_stage(df, plan)
         try:
-            run = run_pinned(
-                sc,
-                payloads,
-                placement,
-                run_on_executor,
-                locality_wait=self.locality_wait,
-                description=f"affinity batch {batch}",
+            self.sink(stage.output, batch)
+            results = stage.results
+            commit = CommitRecord(
+                batch,
+                {t: r.token for t, r in results.items()},
+                {t: r.key_groups for t, r in results.items()},
+                self.keyspace.max_parallelism,
             )
-        except Exception as exc:
-            raise StreamingBatchError(
-                f"batch {batch} failed and nothing was committed: {_cause(exc)}"
-            ) from exc
-        outcomes: dict[str, TaskOutcome] = run.results
-        output = self._output(df.sparkSession, outcomes)
-        self.sink(output, batch)
-        tokens = {t: o.token for t, o in outcomes.items()}
-        groups = {t: o.key_groups for t, o in outcomes.items()}
-        commit = CommitRecord(batch, tokens, groups, self.keyspace.max_parallelism)
-        write_commit(self.storage, commit)
-        self._write_locality(driver, run.ran_on)
+            write_commit(self.storage, commit)
+        finally:
+            stage.release()
+        self._write_locality(driver, stage.run.ran_on)
         standby = refresh_standbys(
             sc,
             driver,
@@ -278,49 +278,39 @@ class StatefulQuery:
             locality_wait=self.locality_wait,
             log=self.log,
         )
-        report = _report(batch, assignment.version, began, outcomes, run, len(rows))
+        report = _report(batch, assignment.version, began, stage)
         report = replace(report, standby=standby, seconds=time.perf_counter() - began)
         self.reports.append(report)
         figures = {k: v for k, v in report.__dict__.items() if k != "standby"}
         self.log.info("streaming.batch", **figures, **standby.figures())
         return report
 
-    def _task_batches(
-        self, rows: pd.DataFrame, batch: int, batch_time: int, start: CommitRecord | None
-    ) -> dict[str, TaskBatch]:
-        """Every task's part of the batch (tasks without rows too: timeouts, local copies)."""
-        per_task: dict[str, list[tuple[int, tuple[Any, ...], Any]]] = {
-            t: [] for t in self.keyspace.key_groups()
-        }
-        if len(rows):
-            keys = list(zip(*(rows[c] for c in self.key_columns), strict=True))
-            texts = [key_text(k) for k in keys]
-            rows = rows.assign(_affinity_key=texts)
-            for text, part in rows.groupby("_affinity_key", sort=True):
-                task, group = self.keyspace.route(stable_hash(str(text)))
-                key = tuple(json.loads(str(text)))
-                per_task[task].append((group, key, part.drop(columns="_affinity_key")))
-        groups = self.keyspace.key_groups()
-        return {
-            task: TaskBatch(
-                task=task,
-                batch=batch,
-                start_batch=start.batch if start is not None else -1,
-                token=start.tokens.get(task) if start is not None else None,
-                key_groups=groups[task],
-                batch_time_ms=batch_time,
-                rows=tuple(parts),
+    def _check(self, df: Any) -> None:
+        """Refuse, before any state is touched, a stream or session this cannot run."""
+        problem = check_key_columns(df.schema, self.key_columns)
+        if problem is not None:
+            raise StreamingUsageError(problem)
+        if self.data_path == "pinned-shuffle":
+            try:
+                require_classes(df.sparkSession)
+            except JvmClassesMissing as exc:
+                raise StreamingUsageError(str(exc)) from None
+
+    def _run_stage(self, df: Any, plan: BatchPlan) -> StageRun:
+        run = run_pinned_stage if self.data_path == "pinned-shuffle" else run_driver_stage
+        try:
+            return run(
+                df,
+                self.spec,
+                self.keyspace,
+                plan,
+                self.output_schema,
+                locality_wait=self.locality_wait,
             )
-            for task, parts in per_task.items()
-        }
-
-    def _output(self, spark: Any, outcomes: Mapping[str, TaskOutcome]) -> Any:
-        import pandas as pd
-
-        frames = [o.output for _, o in sorted(outcomes.items()) if len(o.output)]
-        if not frames:
-            return spark.createDataFrame([], self.output_schema)
-        return spark.createDataFrame(pd.concat(frames, ignore_index=True), self.output_schema)
+        except Exception as exc:
+            raise StreamingBatchError(
+                f"batch {plan.batch} failed and nothing was committed: {_cause(exc)}"
+            ) from exc
 
     def _write_locality(self, driver: SparkDriverMember, ran_on: Mapping[str, str | None]) -> None:
         """Each task's location: where it ran (its state is there now)."""
@@ -342,30 +332,23 @@ def _cause(exc: BaseException) -> str:
     return lines[0].strip() if lines else repr(exc)
 
 
-def _report(
-    batch: int,
-    version: int,
-    began: float,
-    outcomes: Mapping[str, TaskOutcome],
-    run: Any,
-    rows_in: int,
-) -> BatchReport:
-    values = list(outcomes.values())
+def _report(batch: int, version: int, began: float, stage: StageRun) -> BatchReport:
+    values: list[TaskResult] = list(stage.results.values())
     return BatchReport(
         batch=batch,
         version=version,
         seconds=time.perf_counter() - began,
         tasks=len(values),
-        warm=sum(1 for o in values if o.source in ("memory", "local")),
-        restored=sum(1 for o in values if o.source == "restored"),
-        new=sum(1 for o in values if o.source == "new"),
-        bytes_restored=sum(o.bytes_restored for o in values),
-        bytes_written=sum(o.bytes_written for o in values),
-        pinned_ok=run.pinned_ok,
-        pinned_total=run.total,
-        rows_in=rows_in,
-        rows_out=sum(len(o.output) for o in values),
-        timed_out=sum(o.timed_out for o in values),
+        warm=sum(1 for r in values if r.warm),
+        restored=sum(1 for r in values if r.source == "restored"),
+        new=sum(1 for r in values if r.source == "new"),
+        bytes_restored=sum(r.bytes_restored for r in values),
+        bytes_written=sum(r.bytes_written for r in values),
+        pinned_ok=stage.run.pinned_ok,
+        pinned_total=stage.run.total,
+        rows_in=sum(r.rows_in for r in values),
+        rows_out=sum(r.rows_out for r in values),
+        timed_out=sum(r.timed_out for r in values),
     )
 
 

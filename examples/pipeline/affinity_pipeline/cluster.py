@@ -342,8 +342,11 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A SparkSession on ``master`` for the pipeline: loopback only, no UI, lean executors,
-    the executors' Python is this interpreter, ``spark.locality.wait`` = ``locality_wait``."""
+    the executors' Python is this interpreter, ``spark.locality.wait`` = ``locality_wait``,
+    affinity's jar on the class path (``spark.jars``, built when missing)."""
     from pyspark.sql import SparkSession
+
+    from locality.spark.jvm import session_conf
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     java_opts = "-XX:+UseSerialGC"
@@ -366,6 +369,7 @@ def spark_session(
         "spark.locality.wait": locality_wait,
         "spark.speculation": "false",
         "spark.sql.shuffle.partitions": "4",
+        **session_conf(),
         **(conf or {}),
     }
     builder = SparkSession.builder.master(master).appName(app_name)
