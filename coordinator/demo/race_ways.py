@@ -147,6 +147,8 @@ class RaceBatch:
     rows_out: int
     tasks: int  # tasks (stores) that had a state to find
     warm: int  # of those, the ones whose state was where they ran: nothing loaded
+    rows_in: int = 0  # the batch's input rows (affinity's count)
+    driver_rows: int = 0  # the batch's rows through the driver (affinity: 0)
 
     @property
     def warm_ratio(self) -> float:
@@ -310,6 +312,8 @@ class AffinityWay:
                 rows_out=r.rows_out,
                 tasks=r.tasks - r.new,  # tasks that had a state to find (new ones had none)
                 warm=r.warm,
+                rows_in=r.rows_in,
+                driver_rows=r.driver_rows,
             )
             for r in reports
         ]

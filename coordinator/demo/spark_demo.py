@@ -152,7 +152,14 @@ class Demo:
             for b in done[way]:
                 self.result.batches[name].append(
                     BatchFigures(
-                        b.batch, label, b.warm, b.tasks - b.warm, b.bytes_loaded, b.seconds
+                        b.batch,
+                        label,
+                        b.warm,
+                        b.tasks - b.warm,
+                        b.bytes_loaded,
+                        b.seconds,
+                        b.rows_in,
+                        b.driver_rows,
                     )
                 )
         a = self.result.batches["affinity"][-1]

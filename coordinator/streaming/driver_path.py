@@ -61,7 +61,7 @@ def run_driver_stage(
         output = spark.createDataFrame(pd.concat(frames, ignore_index=True), output_schema)
     else:
         output = spark.createDataFrame([], output_schema)
-    return StageRun(output=output, results=results, run=run)
+    return StageRun(output=output, results=results, run=run, driver_rows=len(rows) + output.count())
 
 
 def task_batches(

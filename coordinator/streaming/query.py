@@ -109,6 +109,7 @@ class BatchReport:
     rows_in: int
     rows_out: int
     timed_out: int
+    driver_rows: int  # the batch's rows through the driver (0; the former path: in and out)
     standby: StandbyStage = NO_STANDBYS  # the standby copies brought to this batch's commit
 
 
@@ -349,6 +350,7 @@ def _report(batch: int, version: int, began: float, stage: StageRun) -> BatchRep
         rows_in=sum(r.rows_in for r in values),
         rows_out=sum(r.rows_out for r in values),
         timed_out=sum(r.timed_out for r in values),
+        driver_rows=stage.driver_rows,
     )
 
 

@@ -67,6 +67,7 @@ class StageRun:
     output: Any  # DataFrame of the output rows
     results: dict[str, TaskResult]
     run: PinnedRun[Any]
+    driver_rows: int  # the batch's rows through the driver, in and out (not the result rows)
     cached: Any = None  # the persisted stage output (released after the commit)
 
     def release(self) -> None:
@@ -138,4 +139,4 @@ def run_pinned_stage(
         ran, plan.placement, plan.executors, shuffle.unplaceable, time.perf_counter() - began
     )
     output = out.where(F.col(RESULT_COLUMN).isNull()).drop(RESULT_COLUMN)
-    return StageRun(output=output, results=results, run=run, cached=out)
+    return StageRun(output=output, results=results, run=run, driver_rows=0, cached=out)

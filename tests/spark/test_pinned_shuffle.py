@@ -99,22 +99,35 @@ def test_each_partition_holds_its_task_and_runs_where_placed(app: SparkApp) -> N
         assert executor == placement[tasks[index]], (index, executor)
 
 
-def test_a_session_without_the_jar_is_refused_with_the_fix(tmp_path: Any) -> None:
-    script = (
-        "from pyspark.sql import SparkSession\n"
-        "from locality.spark.jvm import require_classes, JvmClassesMissing\n"
-        "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false')"
-        ".getOrCreate()\n"
-        "try:\n"
-        "    require_classes(spark)\n"
-        "except JvmClassesMissing as exc:\n"
-        "    print('REFUSED', exc)\n"
-        "spark.stop()\n"
-    )
+def test_a_session_without_the_jar_is_refused_before_any_state_is_touched(tmp_path: Any) -> None:
+    """A session started without affinity's jar: the first batch is refused with the fix named,
+    before the handler writes a record or reaches ZooKeeper (nothing listens on its port)."""
+    durable = tmp_path / "durable"
+    script = f"""
+from pyspark.sql import SparkSession
+from coordinator.config import load_config
+from coordinator.streaming import StreamingUsageError, stateful_foreach_batch
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+config = load_config(data={{
+    "job": {{"name": "nojar", "id": "1", "run_id": "r1"}},
+    "zookeeper": {{"connect": "127.0.0.1:1", "session_timeout_ms": 4000}},
+    "inputs": [{{"system": "spark", "stream": "s", "partitions": 1}}],
+    "state": {{"checkpoint_dir": {str(durable)!r}, "local_dir": {str(tmp_path / "local")!r}}},
+}}, environ={{}})
+handler = stateful_foreach_batch(
+    lambda key, pdfs, state: iter(()), key_columns=["k"], output_schema="k string",
+    state_schema="n long", sink=lambda df, b: None, config=config)
+try:
+    handler(spark.createDataFrame([("a",)], "k string"), 0)
+except StreamingUsageError as exc:
+    print("REFUSED", exc)
+spark.stop()
+"""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
     )
     refused = [line for line in done.stdout.splitlines() if line.startswith("REFUSED")]
-    assert refused, done.stdout + done.stderr
+    assert refused, done.stdout + done.stderr[-3000:]
     assert "affinity.spark.PinnedRDD" in refused[0] and "spark.jars=" in refused[0]
+    assert not durable.exists()  # no pending record, no checkpoint: nothing was touched

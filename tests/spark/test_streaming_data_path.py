@@ -239,3 +239,45 @@ def _kill_when_marked(
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
+
+
+def expires(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+    """Counts rows per key; a key idle for 500 ms times out and is reported with -1."""
+    import pandas as pd
+
+    if state.hasTimedOut:
+        state.remove()
+        yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+        return
+    n = (state.get[0] if state.exists else 0) + sum(len(pdf) for pdf in pdfs)
+    state.update((n,))
+    state.setTimeoutDuration(500)
+    yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+
+def test_keys_time_out_in_tasks_without_rows(
+    app: SparkApp, zk_server: EmbeddedZooKeeper, tmp_path: Path, handlers: list[StatefulQuery]
+) -> None:
+    """Processing-time timeouts through the pinned stage: a key idle past its timeout is called
+    with ``hasTimedOut`` in the next batch, also when its task got no rows at all."""
+    assert app.session is not None
+    outputs: dict[int, list[tuple[Any, ...]]] = {}
+    handler = stateful_foreach_batch(
+        expires,
+        key_columns=["k"],
+        output_schema="k string, n long",
+        state_schema="n long",
+        sink=lambda df, b: outputs.__setitem__(b, sorted(tuple(r) for r in df.collect())),
+        config=job_config(zk_server, tmp_path, "timeouts"),
+        timeout="ProcessingTimeTimeout",
+    )
+    handlers.append(handler)
+    rows = [("a",), ("b",), ("a",)]
+    handler(app.session.createDataFrame(rows, "k string"), 0)
+    time.sleep(1.0)
+    handler(app.session.createDataFrame([("b",)], "k string"), 1)
+    time.sleep(1.0)
+    handler(app.session.createDataFrame([], "k string"), 2)
+    assert outputs == {0: [("a", 2), ("b", 1)], 1: [("a", -1), ("b", 2)], 2: [("b", -1)]}
+    assert [r.timed_out for r in handler.reports] == [0, 1, 1]
+    assert handler.reports[2].rows_in == 0 and handler.reports[2].tasks == TASKS
