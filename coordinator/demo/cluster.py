@@ -1,4 +1,5 @@
-"""A Spark standalone cluster on one machine: a master and workers on loopback addresses.
+"""A Spark standalone cluster on one machine: a master and workers on loopback addresses (used by
+``affinity demo``, ``affinity dev up``, the tests, the benchmarks and the example pipeline).
 
 Each worker binds its own address (``127.0.0.2``, ``127.0.0.3``, ...), so its executors register
 with that host: Spark (and affinity) see several hosts, and node-level locality is real.
@@ -26,7 +27,7 @@ import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
 from coordinator.demo.processes import (
@@ -110,6 +111,7 @@ class StandaloneCluster:
         daemon_memory: str = "256m",
         java_opts: str = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
         startup_timeout_s: float = 90.0,
+        stop_at_exit: bool = True,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.worker_hosts = list(worker_hosts)
@@ -124,7 +126,9 @@ class StandaloneCluster:
         self._workers: dict[str, subprocess.Popen[bytes]] = {}
         self._groups: set[int] = set()
         self._restarts: dict[str, int] = {}
-        self._atexit_registered = False
+        # False: the daemons outlive this interpreter (``affinity dev up``); stop them by their
+        # process groups (:attr:`process_groups`).
+        self._atexit_registered = not stop_at_exit
 
     # ------------------------------------------------------------------ set-up
 
@@ -245,6 +249,12 @@ class StandaloneCluster:
             host,
         )
 
+    @property
+    def process_groups(self) -> list[int]:
+        """The process group of every daemon started (master first): killing a group kills the
+        daemon and everything it started (executors, their Python workers)."""
+        return sorted(self._groups, key=lambda g: g != (self._master.pid if self._master else -1))
+
     # ------------------------------------------------------------------ failures
 
     def kill_worker(self, host: str) -> None:
@@ -312,18 +322,15 @@ class StandaloneCluster:
         self.stop()
 
 
-def executor_pythonpath() -> str:
-    """Folders executors need on their ``PYTHONPATH``: this package's and ``locality``'s (so the
-    pipeline runs even where neither is installed into the executors' Python)."""
-    import affinity_pipeline
+def executor_pythonpath(*modules: ModuleType) -> str:
+    """Folders executors need on their ``PYTHONPATH``: those of ``coordinator`` and ``locality``
+    and of each of ``modules`` (so they run even where nothing is installed into the executors'
+    Python)."""
+    import coordinator
     import locality
 
-    folders = sorted(
-        {
-            str(Path(affinity_pipeline.__file__).resolve().parent.parent),
-            str(Path(locality.__file__).resolve().parent.parent),
-        }
-    )
+    roots = (coordinator, locality, *modules)
+    folders = sorted({str(Path(m.__file__ or "").resolve().parent.parent) for m in roots})
     if sys.prefix != sys.base_prefix:
         # A virtualenv whose python is a symlink: Python workers may start as the base
         # interpreter (seen: pyenv), without the virtualenv's packages (pandas, pyarrow).
@@ -334,16 +341,18 @@ def executor_pythonpath() -> str:
 def spark_session(
     master: str,
     *,
-    app_name: str = "affinity-pipeline",
+    app_name: str = "affinity",
     locality_wait: str = "30s",
     executor_memory: str = "512m",
     driver_memory: str = "512m",
     log4j_config: Path | None = None,
     conf: Mapping[str, str] | None = None,
+    python_modules: Iterable[ModuleType] = (),
 ) -> SparkSession:
-    """A SparkSession on ``master`` for the pipeline: loopback only, no UI, lean executors,
-    the executors' Python is this interpreter, ``spark.locality.wait`` = ``locality_wait``,
-    affinity's jar on the class path (``spark.jars``, built when missing)."""
+    """A SparkSession on ``master``: loopback only, no UI, lean executors, the executors' Python
+    is this interpreter (with ``python_modules``' folders on its path, see
+    :func:`executor_pythonpath`), ``spark.locality.wait`` = ``locality_wait``, affinity's jar
+    on the class path (``spark.jars``, built when missing)."""
     from pyspark.sql import SparkSession
 
     from locality.spark.jvm import session_conf
@@ -361,7 +370,7 @@ def spark_session(
         "spark.executor.memory": executor_memory,
         "spark.executor.cores": "1",
         "spark.executor.extraJavaOptions": java_opts,
-        "spark.executorEnv.PYTHONPATH": executor_pythonpath(),
+        "spark.executorEnv.PYTHONPATH": executor_pythonpath(*python_modules),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.ui.enabled": "false",
