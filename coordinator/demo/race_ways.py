@@ -86,6 +86,8 @@ def race_config(zk_hosts: str, workdir: Path, tasks: int, name: str = "race") ->
                 "checkpoint_dir": str(workdir / "affinity" / "durable"),
                 "local_dir": str(workdir / "affinity" / "local"),
             },
+            # the demo's output is its table: the embedded coordinator logs errors only
+            "logging": {"level": "error"},
         },
         environ={},
     )

@@ -39,13 +39,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import structlog
 from kazoo.client import KazooClient
 
 from coordinator.config import JobConfig
 from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import SparkDriverMember
+from coordinator.observability import job_logger
 from coordinator.streaming.driver_path import run_driver_stage
+from coordinator.streaming.heartbeat import drop_heartbeats
 from coordinator.streaming.routing import check_key_columns
 from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
@@ -168,7 +169,7 @@ class StatefulQuery:
             ),
         )
         self.reports: list[BatchReport] = []
-        self.log = structlog.get_logger("affinity.streaming").bind(
+        self.log = job_logger("affinity.streaming", config.logging.level).bind(
             job=f"{config.job.name}-{config.job.id}"
         )
         self._clients: list[KazooClient] = []
@@ -189,7 +190,11 @@ class StatefulQuery:
             self._start_coordinator(sc)
         self._store = store
         self._driver = SparkDriverMember(
-            store.client, store, sc, job=f"{self.config.job.name}-{self.config.job.id}"
+            store.client,
+            store,
+            sc,
+            job=f"{self.config.job.name}-{self.config.job.id}",
+            log=job_logger("affinity.member", self.config.logging.level),  # logging.level
         )
         return self._driver
 
@@ -236,6 +241,7 @@ class StatefulQuery:
 
     def run_batch(self, df: Any, batch: int) -> BatchReport:
         """Run micro-batch ``batch`` of ``df`` (see the module docstring)."""
+        df = drop_heartbeats(df)  # heartbeat rows (with_heartbeat) only make the batch run
         began = time.perf_counter()
         self._check(df)
         sc = df.sparkSession.sparkContext
