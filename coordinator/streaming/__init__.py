@@ -2,7 +2,11 @@
 run in ``foreachBatch`` with each key's state kept on the executor its job model names
 (DESIGN.md "Spark streaming").
 
-- :mod:`~coordinator.streaming.query`: the driver's loop per micro-batch (:class:`StatefulQuery`);
+- :mod:`~coordinator.streaming.query`: the ``foreachBatch`` handler (:class:`StatefulQuery`);
+- :mod:`~coordinator.streaming.runtime`: what every query's driver keeps, and the two ends of a
+  batch (begin: the plan; finish: sink, commit, locality, standbys);
+- :mod:`~coordinator.streaming.stage`, :mod:`~coordinator.streaming.routing`: the pinned stage
+  (one shuffle) and the routing columns it computes on the executors;
 - :mod:`~coordinator.streaming.standby`: the standby stage after each commit.
 
 The streaming runtime is a coordinator member (a Spark driver following job models for its
@@ -18,12 +22,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from coordinator.config import JobConfig
-from coordinator.streaming.query import (
-    BatchReport,
-    StatefulQuery,
-    StreamingBatchError,
-    StreamingUsageError,
-)
+from coordinator.streaming.query import StatefulQuery
+from coordinator.streaming.runtime import BatchReport, StreamingBatchError, StreamingUsageError
 
 __all__ = [
     "BatchReport",

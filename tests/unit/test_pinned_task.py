@@ -203,3 +203,11 @@ def test_output_that_does_not_fit_the_schema_is_named(tmp_path: Path) -> None:
 
     with pytest.raises(StatefulFunctionError, match="does not fit output_schema"):
         _run(_runner(tmp_path, 0, None, wrong), ["a"])
+
+
+def test_a_commit_record_carries_input_offsets_and_reads_without_them() -> None:
+    record = CommitRecord(4, {"t0": "a"}, {"t0": (0, 2)}, 8, offsets={"events-3": 120})
+    assert CommitRecord.from_bytes(record.to_bytes(), "x") == record
+    plain = CommitRecord(4, {"t0": "a"}, {"t0": (0, 2)}, 8)
+    assert b"offsets" not in plain.to_bytes()  # a record without offsets reads as before
+    assert CommitRecord.from_bytes(plain.to_bytes(), "x").offsets == {}

@@ -33,7 +33,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -129,9 +129,10 @@ class CommitRecord:
     tokens: Mapping[str, str]
     key_groups: Mapping[str, tuple[int, ...]]
     max_parallelism: int
+    offsets: Mapping[str, int] = field(default_factory=dict)  # input partition -> next offset
 
     def to_bytes(self) -> bytes:
-        document = {
+        document: dict[str, Any] = {
             "format": 1,
             "batch": self.batch,
             "max_parallelism": self.max_parallelism,
@@ -140,6 +141,8 @@ class CommitRecord:
                 for t in sorted(self.tokens)
             },
         }
+        if self.offsets:
+            document["offsets"] = dict(self.offsets)
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -152,6 +155,7 @@ class CommitRecord:
                 tokens={t: str(v["token"]) for t, v in tasks.items()},
                 key_groups={t: tuple(int(g) for g in v["key_groups"]) for t, v in tasks.items()},
                 max_parallelism=int(document["max_parallelism"]),
+                offsets={str(k): int(v) for k, v in document.get("offsets", {}).items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: not a commit record ({exc!r})") from None
