@@ -50,12 +50,12 @@ def _as_table(data: Any) -> pa.Table:
         return data
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
-    if hasattr(data, "to_arrow"):  # a pandas DataFrame has no to_arrow; polars and others do
-        return _as_table(data.to_arrow())
-    try:
+    if hasattr(data, "columns") and hasattr(data, "dtypes"):  # a pandas DataFrame
         return pa.Table.from_pandas(data, preserve_index=False)
-    except (TypeError, pa.ArrowException) as exc:
-        raise TypeError(f"cannot write {type(data).__name__} as records: {exc}") from None
+    raise TypeError(
+        f"cannot write {type(data).__name__} as records: give an Arrow table or record batch, "
+        "or a pandas DataFrame"
+    )
 
 
 def _column(table: pa.Table, name: str | None, role: str) -> list[Any]:
@@ -97,9 +97,7 @@ class _Delivery:
 
 
 def _fenced(error: KafkaError) -> bool:
-    return error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED) or (
-        error.fatal() and "fenced" in error.str().lower()
-    )
+    return error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
 
 
 def _raise(topic: str, error: KafkaError, what: str) -> None:
