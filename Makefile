@@ -23,9 +23,11 @@ jar: venv
 	@$(PY) -m locality.spark.jvm >/dev/null
 
 # Maven Central's jars of a Kafka broker (KRaft) and of Spark's Kafka connector, copied by mvn
-# (poms in locality/spark/maven/) into ~/.cache/affinity (see `jar`); no binary is committed.
-# The first fetch takes about 10-20 s; once cached, a stat.
+# (poms in locality/spark/maven/, Debian's maven package installed when missing) into
+# ~/.cache/affinity (see `jar`); no binary is committed. The first fetch takes about 10-20 s;
+# once cached, a stat.
 kafka: venv
+	$(call apt_install,mvn,maven,Kafka broker's and Spark connector's jars)
 	@$(PY) -m locality.spark.maven kafka-broker spark-sql-kafka >/dev/null
 
 venv: $(VENV)/.installed

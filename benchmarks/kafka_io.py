@@ -1,0 +1,149 @@
+"""The Kafka broker of the tests and the demo, and the clients the executors use: how fast.
+
+On a private broker (``coordinator.demo.kafka.KafkaBroker``: KRaft, one node, Maven Central's
+jars) on loopback:
+
+- the broker: the jar cache's size; wall time of a first start (format and start, until a
+  Metadata request lists the broker), of a start after a graceful stop and after ``kill -9``,
+  of a graceful stop; the broker's memory (RSS) once started. Medians over ``--repeat`` fresh
+  brokers;
+- the clients (``locality.spark.kafka``): records/s of :func:`write_records` (idempotent, one
+  process) into a topic of 12 partitions, of :func:`read_range` over every partition (one
+  partition after the other, one process), and the time of :func:`end_offsets` for the topic.
+  Records are ~20-byte keys over 1,000 keys and ~60-byte values.
+
+Usage: ``python benchmarks/kafka_io.py [--quick] [--records N] [--doc PATH] [--no-write]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_ROOT))
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
+from coordinator.demo.kafka import KafkaBroker  # noqa: E402
+from locality.spark.kafka import OffsetRange, end_offsets, read_range, write_records  # noqa: E402
+from locality.spark.maven import KAFKA_BROKER, KAFKA_VERSION, SPARK_SQL_KAFKA, jars  # noqa: E402
+
+PARTITIONS = 12
+
+
+def _mib(directory: Path) -> float:
+    return sum(p.stat().st_size for p in directory.glob("*.jar")) / 2**20
+
+
+def _rss_mib(pid: int | None) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def broker_times(repeat: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"first": [], "after stop": [], "after kill": [], "stop": []}
+    times["rss"] = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="kafka-bench-") as work:
+            broker = KafkaBroker(Path(work))
+            try:
+                broker.start()
+                times["first"].append(broker.last_start_s or 0.0)
+                times["rss"].append(_rss_mib(broker.pid))
+                began = time.monotonic()
+                broker.stop()
+                times["stop"].append(time.monotonic() - began)
+                broker.start()
+                times["after stop"].append(broker.last_start_s or 0.0)
+                broker.kill()
+                broker.start()
+                times["after kill"].append(broker.last_start_s or 0.0)
+            finally:
+                broker.stop()
+    return times
+
+
+def _records(count: int) -> pd.DataFrame:
+    keys = [f"user-{i % 1000:06d}-key-pad" for i in range(count)]
+    values = [
+        f'{{"n": {i}, "event": "click", "page": "/p/{i % 97}", "pad": "x"}}' for i in range(count)
+    ]
+    return pd.DataFrame({"key": keys, "value": values})
+
+
+def client_rates(count: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="kafka-bench-") as work, KafkaBroker(Path(work)) as b:
+        servers = b.bootstrap_servers
+        b.create_topic("bench", PARTITIONS)
+        rows = _records(count)
+        began = time.monotonic()
+        write_records(servers, "bench", rows)
+        write_s = time.monotonic() - began
+        began = time.monotonic()
+        ends = end_offsets(servers, ["bench"])
+        offsets_s = time.monotonic() - began
+        began = time.monotonic()
+        read = sum(
+            read_range(servers, OffsetRange("bench", p.partition, 0, end)).num_rows
+            for p, end in ends.items()
+        )
+        read_s = time.monotonic() - began
+        assert read == count, (read, count)
+    return {"write": count / write_s, "read": count / read_s, "offsets_ms": offsets_s * 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one broker, 50,000 records")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    repeat, count = (1, 50_000) if args.quick else (args.repeat, args.records)
+
+    broker_mib, connector_mib = _mib(jars(KAFKA_BROKER)), _mib(jars(SPARK_SQL_KAFKA))
+    times = broker_times(repeat)
+    rates = client_rates(count)
+
+    def med(name: str) -> str:
+        return f"{statistics.median(times[name]):.2f}"
+
+    broker_rows = [
+        ["jar cache (broker + Spark connector)", f"{broker_mib:.0f} + {connector_mib:.1f} MiB"],
+        ["first start (format + start), s", med("first")],
+        ["start after a graceful stop, s", med("after stop")],
+        ["start after kill -9, s", med("after kill")],
+        ["graceful stop, s", med("stop")],
+        ["broker RSS once started, MiB", f"{statistics.median(times['rss']):.0f}"],
+    ]
+    client_rows = [
+        [f"write_records ({count:,} records, idempotent)", f"{rates['write']:,.0f} records/s"],
+        [f"read_range over {PARTITIONS} partitions", f"{rates['read']:,.0f} records/s"],
+        [f"end_offsets ({PARTITIONS} partitions)", f"{rates['offsets_ms']:.0f} ms"],
+    ]
+    markdown = "\n\n".join(
+        [
+            f"## Kafka broker and clients (`benchmarks/kafka_io.py`)\n\nKafka {KAFKA_VERSION} "
+            f"(KRaft, one node, `-Xmx512m`), confluent-kafka, one process each, on {machine()}; "
+            f"medians over {repeat} fresh broker(s).",
+            table(["broker", "value"], broker_rows),
+            table(["client (one process)", "value"], client_rows),
+        ]
+    )
+    print(markdown)
+    if not args.no_write:
+        write_section("kafka_io", markdown, args.doc)
+
+
+if __name__ == "__main__":
+    main()
