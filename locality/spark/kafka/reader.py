@@ -101,8 +101,12 @@ def _check_partition(consumer: Consumer, rng: OffsetRange, timeout_s: float) -> 
     except KafkaException as exc:
         raise RangeNotReadable(f"{rng}: no metadata for topic {rng.topic}: {exc}") from None
     topic = metadata.topics.get(rng.topic)
-    if topic is None or topic.error is not None:
-        raise RangeNotReadable(f"{rng}: topic {rng.topic} does not exist or cannot be read")
+    if topic is None or (
+        topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    ):
+        raise RangeNotReadable(f"{rng}: topic {rng.topic} does not exist")
+    if topic.error is not None:
+        raise RangeNotReadable(f"{rng}: topic {rng.topic} cannot be read: {topic.error}")
     if rng.partition not in topic.partitions:
         raise RangeNotReadable(
             f"{rng}: topic {rng.topic} has {len(topic.partitions)} partitions, "
