@@ -103,8 +103,13 @@ def test_bad_input_is_refused_before_anything_is_written(
     with pytest.raises(TypeError, match="cannot write list"):
         write_records(servers, topic, [("a", "1")])
     assert set(end_offsets(servers, [topic]).values()) == {0}
-    with pytest.raises(KafkaWriteError, match="Unknown topic"):
+    with pytest.raises(KafkaWriteError, match="missing does not exist"):
         write_records(servers, f"{topic}-missing", good)
+    with (
+        pytest.raises(KafkaWriteError, match="missing does not exist"),
+        TransactionalWriter(servers, f"{topic}-tx") as tx,
+    ):
+        tx.write(f"{topic}-missing", good)
 
 
 def test_a_transaction_is_seen_whole_or_not_at_all(

@@ -106,6 +106,19 @@ def _raise(topic: str, error: KafkaError, what: str) -> None:
     raise KafkaWriteError(f"{what} on {topic}: {error.str()}")
 
 
+def _require_topic(producer: Producer, topic: str, timeout_s: float) -> None:
+    """Fail at once on a missing topic (librdkafka would wait ``topic.metadata.propagation.max.ms``,
+    30 s, before it fails the records)."""
+    try:
+        found = producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException as exc:
+        raise KafkaWriteError(f"no metadata for topic {topic}: {exc.args[0]}") from None
+    if found is None or (
+        found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    ):
+        raise KafkaWriteError(f"topic {topic} does not exist (create it first)")
+
+
 def _produce(
     producer: Producer,
     topic: str,
@@ -144,6 +157,7 @@ def write_records(
     with an idempotent producer; returns the number of records, all acknowledged."""
     table = _as_table(data)
     producer = Producer(as_client_config(client).producer())
+    _require_topic(producer, topic, timeout_s)
     delivery = _Delivery()
     count = _produce(producer, topic, table, (key_column, value_column, partition_column), delivery)
     left = producer.flush(timeout_s)
@@ -200,6 +214,7 @@ class TransactionalWriter:
         if not self._open:
             raise KafkaWriteError(f"transaction {self.transactional_id} is not open")
         columns = (key_column, value_column, partition_column)
+        _require_topic(self._producer, topic, self.timeout_s)
         count = _produce(self._producer, topic, _as_table(data), columns, self._delivery)
         self.written += count
         return count
