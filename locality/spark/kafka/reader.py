@@ -123,6 +123,7 @@ def _consume(
     while position < rng.end:
         # the rest of the batch, or the rest of the range and the end-of-partition event
         wanted = min(batch_size - len(columns), rng.end - position + 1)
+        before = position
         for message in consumer.consume(num_messages=wanted, timeout=poll_s):
             error, offset = message.error(), message.offset()
             if error is not None:
@@ -140,6 +141,7 @@ def _consume(
                 break
             columns.add(message, offset)
             position = offset + 1
+        if position > before:
             last_progress = time.monotonic()
         if len(columns) >= batch_size or (position >= rng.end and len(columns)):
             yield columns.batch()
