@@ -4,9 +4,10 @@ On a private broker (``coordinator.demo.kafka.KafkaBroker``: KRaft, one node, Ma
 jars) on loopback:
 
 - the broker: the jar cache's size; wall time of a first start (format and start, until a
-  Metadata request lists the broker), of a start after a graceful stop and after ``kill -9``,
-  of a graceful stop; the broker's memory (RSS) once started. Medians over ``--repeat`` fresh
-  brokers;
+  Metadata request lists the broker) and the broker's CPU time until then, with the default
+  JVM options (C1 only) and with C2; of a start after a graceful stop and after ``kill -9``, of
+  a graceful stop; the broker's memory (RSS) once started. Medians over ``--repeat`` fresh
+  brokers. Wall times grow with the machine's load (the table says it); CPU times much less;
 - the clients (``locality.spark.kafka``): records/s of :func:`write_records` (idempotent, one
   process) into a topic of 12 partitions, of :func:`read_range` over every partition (one
   partition after the other, one process), and the time of :func:`end_offsets` for the topic.
@@ -24,6 +25,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 
 import argparse  # noqa: E402
+import os  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -42,23 +44,35 @@ def _mib(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.glob("*.jar")) / 2**20
 
 
-def _rss_mib(pid: int | None) -> float:
+def _proc(pid: int | None) -> tuple[float, float]:
+    """(RSS in MiB, CPU seconds used so far) of process ``pid``."""
+    rss = float("nan")
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+            rss = int(line.split()[1]) / 1024
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return rss, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def broker_times(repeat: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"first": [], "after stop": [], "after kill": [], "stop": []}
-    times["rss"] = []
+    names = ["first", "cpu", "first C2", "cpu C2", "after stop", "after kill", "stop", "rss"]
+    times: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(repeat):
         with tempfile.TemporaryDirectory(prefix="kafka-bench-") as work:
-            broker = KafkaBroker(Path(work))
+            full = KafkaBroker(Path(work) / "c2", jvm_options=())
+            try:
+                full.start()
+                times["first C2"].append(full.last_start_s or 0.0)
+                times["cpu C2"].append(_proc(full.pid)[1])
+            finally:
+                full.stop()
+            broker = KafkaBroker(Path(work) / "default")
             try:
                 broker.start()
                 times["first"].append(broker.last_start_s or 0.0)
-                times["rss"].append(_rss_mib(broker.pid))
+                rss, cpu = _proc(broker.pid)
+                times["rss"].append(rss)
+                times["cpu"].append(cpu)
                 began = time.monotonic()
                 broker.stop()
                 times["stop"].append(time.monotonic() - began)
@@ -121,6 +135,9 @@ def main() -> None:
     broker_rows = [
         ["jar cache (broker + Spark connector)", f"{broker_mib:.0f} + {connector_mib:.1f} MiB"],
         ["first start (format + start), s", med("first")],
+        ["  the broker's CPU until ready, s", med("cpu")],
+        ["first start with C2 (`jvm_options=()`), s", med("first C2")],
+        ["  the broker's CPU until ready, s", med("cpu C2")],
         ["start after a graceful stop, s", med("after stop")],
         ["start after kill -9, s", med("after kill")],
         ["graceful stop, s", med("stop")],
@@ -134,8 +151,9 @@ def main() -> None:
     markdown = "\n\n".join(
         [
             f"## Kafka broker and clients (`benchmarks/kafka_io.py`)\n\nKafka {KAFKA_VERSION} "
-            f"(KRaft, one node, `-Xmx512m`), confluent-kafka, one process each, on {machine()}; "
-            f"medians over {repeat} fresh broker(s).",
+            f"(KRaft, one node, `-Xmx512m`, C1 only unless said), confluent-kafka, one process "
+            f"each, on {machine()}; medians over {repeat} fresh broker(s); the machine's load "
+            f"average was {os.getloadavg()[0]:.1f} at the end.",
             table(["broker", "value"], broker_rows),
             table(["client (one process)", "value"], client_rows),
         ]
