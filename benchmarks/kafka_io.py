@@ -8,9 +8,10 @@ jars) on loopback:
   JVM options (C1 only) and with C2; of a start after a graceful stop and after ``kill -9``, of
   a graceful stop; the broker's memory (RSS) once started. Medians over ``--repeat`` fresh
   brokers. Wall times grow with the machine's load (the table says it); CPU times much less;
-- the clients (``locality.spark.kafka``): records/s of :func:`write_records` (idempotent, one
-  process) into a topic of 12 partitions, of :func:`read_range` over every partition (one
-  partition after the other, one process), and the time of :func:`end_offsets` for the topic.
+- the clients (``locality.spark.kafka``), on the last broker: records/s of
+  :func:`write_records` (idempotent, one process) into a topic of 12 partitions, of
+  :func:`read_range` over every partition (one partition after the other, one process), and
+  the time of :func:`end_offsets` for the topic.
   Records are ~20-byte keys over 1,000 keys and ~60-byte values.
 
 Usage: ``python benchmarks/kafka_io.py [--quick] [--records N] [--doc PATH] [--no-write]``.
@@ -54,36 +55,31 @@ def _proc(pid: int | None) -> tuple[float, float]:
     return rss, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def broker_times(repeat: int) -> dict[str, list[float]]:
-    names = ["first", "cpu", "first C2", "cpu C2", "after stop", "after kill", "stop", "rss"]
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(repeat):
-        with tempfile.TemporaryDirectory(prefix="kafka-bench-") as work:
-            full = KafkaBroker(Path(work) / "c2", jvm_options=())
-            try:
-                full.start()
-                times["first C2"].append(full.last_start_s or 0.0)
-                times["cpu C2"].append(_proc(full.pid)[1])
-            finally:
-                full.stop()
-            broker = KafkaBroker(Path(work) / "default")
-            try:
-                broker.start()
-                times["first"].append(broker.last_start_s or 0.0)
-                rss, cpu = _proc(broker.pid)
-                times["rss"].append(rss)
-                times["cpu"].append(cpu)
-                began = time.monotonic()
-                broker.stop()
-                times["stop"].append(time.monotonic() - began)
-                broker.start()
-                times["after stop"].append(broker.last_start_s or 0.0)
-                broker.kill()
-                broker.start()
-                times["after kill"].append(broker.last_start_s or 0.0)
-            finally:
-                broker.stop()
-    return times
+def _c2_start(workdir: Path, times: dict[str, list[float]]) -> None:
+    full = KafkaBroker(workdir, jvm_options=())
+    try:
+        full.start()
+        times["first C2"].append(full.last_start_s or 0.0)
+        times["cpu C2"].append(_proc(full.pid)[1])
+    finally:
+        full.stop()
+
+
+def _life_cycle(broker: KafkaBroker, times: dict[str, list[float]]) -> None:
+    """Start a fresh broker, stop it, start it, kill it, start it: it is left running."""
+    broker.start()
+    times["first"].append(broker.last_start_s or 0.0)
+    rss, cpu = _proc(broker.pid)
+    times["rss"].append(rss)
+    times["cpu"].append(cpu)
+    began = time.monotonic()
+    broker.stop()
+    times["stop"].append(time.monotonic() - began)
+    broker.start()
+    times["after stop"].append(broker.last_start_s or 0.0)
+    broker.kill()
+    broker.start()
+    times["after kill"].append(broker.last_start_s or 0.0)
 
 
 def _records(count: int) -> pd.DataFrame:
@@ -94,43 +90,62 @@ def _records(count: int) -> pd.DataFrame:
     return pd.DataFrame({"key": keys, "value": values})
 
 
-def client_rates(count: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="kafka-bench-") as work, KafkaBroker(Path(work)) as b:
-        servers = b.bootstrap_servers
-        b.create_topic("bench", PARTITIONS)
-        rows = _records(count)
-        began = time.monotonic()
-        write_records(servers, "bench", rows)
-        write_s = time.monotonic() - began
-        began = time.monotonic()
-        ends = end_offsets(servers, ["bench"])
-        offsets_s = time.monotonic() - began
-        began = time.monotonic()
-        read = sum(
-            read_range(servers, OffsetRange("bench", p.partition, 0, end)).num_rows
-            for p, end in ends.items()
-        )
-        read_s = time.monotonic() - began
-        assert read == count, (read, count)
+def client_rates(broker: KafkaBroker, count: int) -> dict[str, float]:
+    servers = broker.bootstrap_servers
+    broker.create_topic("bench", PARTITIONS)
+    rows = _records(count)
+    began = time.monotonic()
+    write_records(servers, "bench", rows)
+    write_s = time.monotonic() - began
+    began = time.monotonic()
+    ends = end_offsets(servers, ["bench"])
+    offsets_s = time.monotonic() - began
+    began = time.monotonic()
+    read = sum(
+        read_range(servers, OffsetRange("bench", p.partition, 0, end)).num_rows
+        for p, end in ends.items()
+    )
+    read_s = time.monotonic() - began
+    assert read == count, (read, count)
     return {"write": count / write_s, "read": count / read_s, "offsets_ms": offsets_s * 1000}
+
+
+def measure(
+    repeat: int, count: int, with_c2: bool
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Broker times over ``repeat`` fresh brokers; the clients' rates on the last of them."""
+    names = ["first", "cpu", "first C2", "cpu C2", "after stop", "after kill", "stop", "rss"]
+    times: dict[str, list[float]] = {name: [] for name in names}
+    rates: dict[str, float] = {}
+    for run in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="kafka-bench-") as work:
+            if with_c2:
+                _c2_start(Path(work) / "c2", times)
+            broker = KafkaBroker(Path(work) / "default")
+            try:
+                _life_cycle(broker, times)
+                if run == repeat - 1:
+                    rates = client_rates(broker, count)
+            finally:
+                broker.stop()
+    return times, rates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one broker, 50,000 records")
+    parser.add_argument("--quick", action="store_true", help="one broker, no C2, 20,000 records")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    repeat, count = (1, 50_000) if args.quick else (args.repeat, args.records)
+    repeat, count = (1, 20_000) if args.quick else (args.repeat, args.records)
 
     broker_mib, connector_mib = _mib(jars(KAFKA_BROKER)), _mib(jars(SPARK_SQL_KAFKA))
-    times = broker_times(repeat)
-    rates = client_rates(count)
+    times, rates = measure(repeat, count, with_c2=not args.quick)
 
     def med(name: str) -> str:
-        return f"{statistics.median(times[name]):.2f}"
+        return f"{statistics.median(times[name]):.2f}" if times[name] else "not run (--quick)"
 
     broker_rows = [
         ["jar cache (broker + Spark connector)", f"{broker_mib:.0f} + {connector_mib:.1f} MiB"],
