@@ -195,6 +195,17 @@ class QueryRuntime:
         )
         self._coordinator_thread.start()
 
+    def restart_coordinator(self, sc: Any, config: JobConfig) -> None:
+        """Stop the embedded coordinator and start it again with ``config`` (the job's tasks
+        changed: a Kafka partition was added)."""
+        self.config = config
+        if self.coordinator != "embedded" or self._coordinator_thread is None:
+            return
+        self._stop.set()
+        self._coordinator_thread.join(10)
+        self._stop = threading.Event()
+        self._start_coordinator(sc)
+
     def close(self) -> None:
         """Stop the driver member and the embedded coordinator; close the connections."""
         if self._driver is not None:
