@@ -17,7 +17,7 @@ Per batch (:meth:`KafkaQuery.run_batch`):
 4. one pinned stage, one Spark task per affinity task on its executor, which reads its ranges
    straight from the broker (:class:`locality.spark.state.kafka_task.KafkaTaskInput`), runs the
    function per key with its local state, checkpoints, and writes its output to the output topic
-   (``output_topic``) or leaves it for ``sink(df, batch_id)``;
+   (``output_topic``) and/or leaves it for ``sink(df, batch_id)``;
 5. :meth:`~coordinator.streaming.runtime.QueryRuntime.finish`: the sink, then the commit record
    with each task's checkpoint token *and* each partition's next offset, so a crash anywhere
    before it replays exactly the uncommitted records and the state counts every record once.
@@ -80,7 +80,7 @@ class KafkaQuery(QueryRuntime):
         sink: Callable[[Any, int], None] | None = None,
         output_topic: str | None = None,
         output_key_column: str | None = "key",
-        output_value_column: str = "value",
+        output_value_column: str | None = None,
         transactional: bool = True,
         decode: Callable[..., Any] = decode_utf8,
         max_records_per_batch: int | None = None,
@@ -102,8 +102,8 @@ class KafkaQuery(QueryRuntime):
             locality_wait=locality_wait,
             in_force_timeout_s=in_force_timeout_s,
         )
-        if (sink is None) == (output_topic is None):
-            raise StreamingUsageError("give the output one place: sink= or output_topic=")
+        if sink is None and output_topic is None:
+            raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
         if max_records_per_batch is not None and max_records_per_batch < 1:
             raise StreamingUsageError(
                 f"max_records_per_batch must be at least 1, got {max_records_per_batch}"

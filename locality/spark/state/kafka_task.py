@@ -119,14 +119,15 @@ class KafkaTaskOutput:
     client: KafkaClientConfig
     topic: str
     query: str  # the query's name in transactional ids
-    key_column: str | None = "key"
-    value_column: str = "value"
+    key_column: str | None = "key"  # the record key (as text); None: no key
+    value_column: str | None = None  # the record value (bytes or text); None: the row as JSON
     transactional: bool = True
 
     def __call__(self, task: str, batch: int, output: pd.DataFrame) -> int:
         from locality.spark.kafka import TransactionalWriter, write_records
 
-        key, value = self.key_column, self.value_column
+        key, value = self.key_column, self.value_column or "_affinity_json"
+        output = _records(output, self.key_column, self.value_column)
         if not self.transactional:
             if not len(output):
                 return 0
@@ -137,3 +138,22 @@ class KafkaTaskOutput:
             if not len(output):
                 return 0
             return transaction.write(self.topic, output, key_column=key, value_column=value)
+
+
+def _records(output: pd.DataFrame, key: str | None, value: str | None) -> pd.DataFrame:
+    """``output`` with its key column as text, and the row as a JSON object when ``value`` is
+    None (in ``_affinity_json``)."""
+    if not len(output):
+        return output
+    records = output.copy()
+    if value is None:
+        records["_affinity_json"] = output.to_json(orient="records", lines=True).splitlines()
+    if key is not None and key in records.columns:
+        records[key] = records[key].map(
+            lambda k: k if k is None or isinstance(k, bytes | str) else str(k)
+        )
+    return records
+
+
+def _text(value: object) -> object:
+    return value if value is None or isinstance(value, bytes | str) else str(value)

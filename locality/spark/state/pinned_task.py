@@ -180,8 +180,7 @@ class PinnedTaskRunner:
         outcome = run_task_batch(self.spec, work, SparkExecutorLocationIdProvider().location_id())
         if self.deliver is not None:
             self.deliver(task, self.batch, outcome.output)
-        else:
-            yield from self._output(outcome.output)
+        yield from self._output(outcome.output)
         rows_in = sum(len(frame) for _, _, frame in rows)
         where = (current_executor_id(), current_executor_host(), attempt)
         result = TaskResult.of(outcome, rows_in, where, time.perf_counter() - began)
