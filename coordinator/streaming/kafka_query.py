@@ -104,6 +104,13 @@ class KafkaQuery(QueryRuntime):
         )
         if sink is None and output_topic is None:
             raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
+        columns = self.spec.output_columns
+        for what, column in (("key", output_key_column), ("value", output_value_column)):
+            if output_topic is not None and column is not None and column not in columns:
+                raise StreamingUsageError(
+                    f"output_{what}_column {column!r} is not a column of output_schema "
+                    f"{list(columns)} (None: {'no key' if what == 'key' else 'the row as JSON'})"
+                )
         if max_records_per_batch is not None and max_records_per_batch < 1:
             raise StreamingUsageError(
                 f"max_records_per_batch must be at least 1, got {max_records_per_batch}"
