@@ -149,29 +149,28 @@ class ExecutorRegistrar:
         }
 
     def sync(self) -> SyncResult:
-        """Register new executors, unregister lost ones, re-register vanished nodes."""
+        """Register new executors, unregister lost ones, re-register vanished nodes.
+
+        New executors are located first (probing them runs Spark jobs: seconds), so that a
+        replacement and the executor it replaces change the membership together, in one
+        rebalance. If locating fails, the lost executors are still unregistered, then the error
+        is raised."""
         with self._lock:
             live = {e.executor_id: e for e in self.executors()}
-            removed = []
-            for pid, registration in list(self._registered.items()):
-                current = live.get(registration.executor.executor_id)
-                if current is None or current != registration.executor:
-                    self._unregister(registration)
-                    del self._registered[pid]
-                    removed.append(pid)
-            restored = []
-            if self._registered and self.members is None:  # (members re-register themselves)
-                alive_nodes = {r.node for r in self.store.processors.read()[0]}
-                for pid, registration in list(self._registered.items()):
-                    if registration.node not in alive_nodes:
-                        self._registered[pid] = self._register(
-                            registration.executor, registration.location_id
-                        )
-                        restored.append(pid)
+            staying = {
+                r.executor.executor_id
+                for r in self._registered.values()
+                if live.get(r.executor.executor_id) == r.executor
+            }
+            new = [e for executor_id, e in live.items() if executor_id not in staying]
+            try:
+                locations = self._locate(new)
+            except Exception:
+                self._drop_lost(live)
+                raise
+            removed = self._drop_lost(live)
+            restored = self._restore_vanished()
             added = []
-            known = {r.executor.executor_id for r in self._registered.values()}
-            new = [executor for executor_id, executor in live.items() if executor_id not in known]
-            locations = self._locate(new)
             for executor in new:
                 if executor.executor_id not in locations:
                     continue  # not reached yet: a later sync registers it
@@ -182,6 +181,30 @@ class ExecutorRegistrar:
         if result.changed:
             log.info("executors synced: +%s -%s restored %s", added, removed, restored)
         return result
+
+    def _drop_lost(self, live: Mapping[str, SparkExecutor]) -> list[str]:
+        """Unregister the executors that are not live (or changed); their processor ids."""
+        removed = []
+        for pid, registration in list(self._registered.items()):
+            if live.get(registration.executor.executor_id) != registration.executor:
+                self._unregister(registration)
+                del self._registered[pid]
+                removed.append(pid)
+        return removed
+
+    def _restore_vanished(self) -> list[str]:
+        """Register again the executors whose node vanished (a session expiry)."""
+        restored: list[str] = []
+        if not self._registered or self.members is not None:  # members re-register themselves
+            return restored
+        alive_nodes = {r.node for r in self.store.processors.read()[0]}
+        for pid, registration in list(self._registered.items()):
+            if registration.node not in alive_nodes:
+                self._registered[pid] = self._register(
+                    registration.executor, registration.location_id
+                )
+                restored.append(pid)
+        return restored
 
     def _locate(self, executors: Sequence[SparkExecutor]) -> dict[str, str]:
         """Executor id -> location of ``executors`` (those ``location_of`` could reach)."""
