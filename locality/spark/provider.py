@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -140,13 +142,52 @@ _k8s_lock = threading.Lock()
 _k8s_ids: dict[tuple[str, ...], str] = {}
 
 
+def _pod_cache_file(environ: Mapping[str, str], key: tuple[str, ...]) -> Path:
+    """Where this pod keeps its resolved id for its other Python workers: the first of the
+    executor's local dirs (an emptyDir of the pod on Kubernetes), else the temp folder."""
+    local_dirs = [d for d in environ.get("SPARK_LOCAL_DIRS", "").split(",") if d.strip()]
+    folder = Path(local_dirs[0].strip()) if local_dirs else Path(tempfile.gettempdir())
+    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:24]
+    return folder / f"affinity-location-{digest}"
+
+
+def _read_pod_cache(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _write_pod_cache(path: Path, location: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(location)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # best effort: without it, each new Python worker asks the API once
+
+
 def _kubernetes_location(environ: Mapping[str, str]) -> str:
-    """``zone/node`` of this executor pod's node (the Kubernetes provider), once per process
-    for the same environment: a pod never changes node, and every task asks."""
+    """``zone/node`` of this executor pod's node (the Kubernetes provider), asked once per pod:
+    a pod never changes node, and every task asks. The answer is kept in this process and in
+    a file of the pod's local dir, so a new Python worker of the executor (Spark forks them)
+    needs no API request and keeps working while the API server is down."""
     key = tuple(environ.get(var, "") for var in _KUBERNETES_VARS)
     with _k8s_lock:
         if key in _k8s_ids:
             return _k8s_ids[key]
+    cache = _pod_cache_file(environ, key)
+    location = _read_pod_cache(cache)
+    if location is None:
+        location = _ask_kubernetes(environ)
+        _write_pod_cache(cache, location)
+    with _k8s_lock:
+        _k8s_ids[key] = location
+    return location
+
+
+def _ask_kubernetes(environ: Mapping[str, str]) -> str:
     from locality.kubernetes import KubernetesLocationIdProvider
 
     env = dict(environ)
@@ -154,12 +195,9 @@ def _kubernetes_location(environ: Mapping[str, str]) -> str:
     if pod and not env.get("AFFINITY_POD_NAME", "").strip():
         env["AFFINITY_POD_NAME"] = pod  # HOSTNAME is a truncated form of it
     try:
-        location = KubernetesLocationIdProvider(environ=env).location_id()
+        return KubernetesLocationIdProvider(environ=env).location_id()
     except LocationError as exc:
         raise LocationError(f"this Spark executor's Kubernetes node: {exc}") from None
-    with _k8s_lock:
-        _k8s_ids[key] = location
-    return location
 
 
 class SparkExecutorLocationIdProvider:

@@ -12,6 +12,7 @@ from kubeapi import NAMESPACE, POD, TOKEN, ApiStub, make_cert, serve_api
 
 from locality.kubernetes import KubernetesLocationIdProvider
 from locality.providers import LocationError, get_location_provider
+from locality.spark import provider as provider_module
 from locality.spark.provider import SparkExecutorLocationIdProvider, on_kubernetes
 
 
@@ -254,6 +255,7 @@ def _executor_env(api: ApiStub, **extra: str) -> dict[str, str]:
             "SPARK_EXECUTOR_POD_NAME": "clicks-exec-3",
             "SPARK_EXECUTOR_POD_IP": "10.42.7.19",
             "SPARK_LOCAL_IP": "10.42.7.19",
+            "SPARK_LOCAL_DIRS": str(api.service_account_dir.parent / "spark-local"),
             **extra,
         }
     )
@@ -273,6 +275,23 @@ def test_executor_on_kubernetes_is_at_zone_and_node_of_its_pods_node(api: ApiStu
     # Every task asks; the process keeps the answer (a pod never changes node).
     assert _executor(dict(env)).location_id() == "eu-west-1a/node-exec-1"
     assert len(api.requests) == 1
+
+
+def test_new_python_workers_of_the_pod_need_no_api(api: ApiStub, tmp_path: Path) -> None:
+    """Spark forks new Python workers; each asks for its location. The first answer is kept in
+    the pod's local dir, so the others need no request, also while the API server is down."""
+    api.add_node("node-exec-8", {"topology.kubernetes.io/zone": "z8"})
+    env = _executor_env(api, AFFINITY_NODE_NAME="node-exec-8", AFFINITY_ZONE_LOOKUP="api")
+    assert _executor(env).location_id() == "z8/node-exec-8"
+    api.stop()
+    provider_module._k8s_ids.clear()  # a new Python worker: nothing in its memory
+    assert _executor(env).location_id() == "z8/node-exec-8"
+    assert len(api.requests) == 1
+    # Another pod (its own local dir) has no answer kept: it must ask, and cannot.
+    other_pod = {**env, "SPARK_LOCAL_DIRS": str(tmp_path / "other-pod")}
+    provider_module._k8s_ids.clear()
+    with pytest.raises(LocationError, match="request failed"):
+        _executor(other_pod).location_id()
 
 
 def test_executor_node_without_zone_label_is_the_node(api: ApiStub) -> None:
