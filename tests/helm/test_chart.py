@@ -154,7 +154,8 @@ class Rendered:
         return {e["name"]: e for e in self.container["env"]}
 
     def job_yaml(self) -> str:
-        text: str = self.one("ConfigMap")["data"]["job.yaml"]
+        (configmap,) = [c for c in self.all("ConfigMap") if "job.yaml" in c["data"]]
+        text: str = configmap["data"]["job.yaml"]
         return text
 
 
