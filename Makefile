@@ -8,13 +8,19 @@ PY     := $(VENV)/bin/python
 PKGS   := coordinator groupers metadata locality
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: test demo lint typecheck unit venv zookeeper helm chromium promtool bench clean
+.PHONY: test demo lint typecheck unit venv zookeeper helm chromium promtool jar bench clean
 
-test: venv zookeeper helm chromium promtool lint typecheck
+test: venv zookeeper helm chromium promtool jar lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
 
-demo: venv zookeeper
+demo: venv zookeeper jar
 	$(VENV)/bin/affinity demo
+
+# affinity's Spark jar (locality/spark/java: the pinned shuffle's PinnedRDD, the key hash),
+# compiled with javac against the installed pyspark's jars into ~/.cache/affinity; no binary
+# is committed. Rebuilt only when the sources or the Spark version change.
+jar: venv
+	@$(PY) -m locality.spark.jvm >/dev/null
 
 venv: $(VENV)/.installed
 

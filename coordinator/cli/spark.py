@@ -1,6 +1,7 @@
-"""``affinity spark pod-template --config job.yaml [--output FILE] [options]``.
+"""``affinity spark pod-template --config job.yaml [--output FILE] [options]`` and ``affinity
+spark jar``.
 
-Writes the executor pod template for ``spark.kubernetes.executor.podTemplateFile``
+``pod-template`` writes the executor pod template for ``spark.kubernetes.executor.podTemplateFile``
 (:mod:`locality.pod_template`): a preferred node affinity weighting each node by the tasks whose
 state is there (the job's task locality in ZooKeeper), the node's identity for the executor
 (``AFFINITY_NODE_NAME`` from the Downward API, ``AFFINITY_ZONE_LOOKUP``), and the job's
@@ -8,6 +9,10 @@ state is there (the job's task locality in ZooKeeper), the node's identity for t
 executor's user by an init container), so a replacement executor on a node opens the state its
 predecessor left there. Exit code 2 for a bad config or option (``state.local_dir`` unset), 1
 when ZooKeeper cannot be read.
+
+``jar`` prints the path of affinity's Spark jar (the pinned shuffle's JVM classes, for
+``spark.jars``), building it with ``javac`` first when it is missing; exit code 2 when it cannot
+be built (no JDK).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from locality.pod_template import (
     StateVolume,
     pod_template_yaml,
 )
+from locality.spark.jvm import JvmClassesMissing, spark_jar
 
 __all__ = ["add_commands"]
 
@@ -84,6 +90,16 @@ def run_pod_template(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def run_jar(args: argparse.Namespace) -> int:
+    try:
+        path = spark_jar()
+    except JvmClassesMissing as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    sys.stdout.write(f"{path}\n")
     return 0
 
 
@@ -156,3 +172,7 @@ def add_commands(subparsers: Any) -> None:
         help="the executor container (spark.kubernetes.executor.podTemplateContainerName)",
     )
     template.set_defaults(handler=run_pod_template)
+    jar = commands.add_parser(
+        "jar", help="print affinity's Spark jar (for spark.jars), building it when missing"
+    )
+    jar.set_defaults(handler=run_jar)

@@ -78,6 +78,7 @@ class SparkDriverMember:
         prefix: str | None = None,
         location_of: Callable[[SparkExecutor], str] | None = None,
         extra: Mapping[str, Any] | None = None,
+        log: Any = None,  # the member group's structlog logger (default: affinity.member)
     ) -> None:
         self._changed = threading.Condition()
         self.group = MemberGroup(
@@ -86,6 +87,7 @@ class SparkDriverMember:
             on_start=self._tasks_changed,
             on_stop=self._tasks_changed,
             job=job,
+            log=log,
         )
         capacity = {"capacity": executor_cores(sc)}  # balance by capacity (DESIGN.md)
         self.registrar = ExecutorRegistrar.for_context(

@@ -38,9 +38,9 @@ from spark_app import SparkApp, stop_active_session
 
 from coordinator.config import JobConfig, load_config
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
-from coordinator.member.streaming import BatchReport, StatefulQuery
+from coordinator.streaming import BatchReport, StatefulQuery, stateful_foreach_batch
 from locality.base import LocationError
-from locality.spark import SparkExecutors, stateful_foreach_batch
+from locality.spark import SparkExecutors
 from metadata.zk import ZkMetadataStore, connect
 
 pytestmark = [pytest.mark.spark, pytest.mark.zk, pytest.mark.slow]
