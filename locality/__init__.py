@@ -6,7 +6,8 @@
 - :mod:`locality.kubernetes`: the ``kubernetes`` provider (``zone/node``);
 - :mod:`locality.pod_template`: Kubernetes executor pod templates (node affinity, the node's
   name for the executor, the state folder from the node);
-- :mod:`locality.spark`: Spark executors, pinned stages and the executor-side provider.
+- :mod:`locality.spark`: Spark executors, pinned stages and the executor-side provider, and a
+  task's Kafka partition (:mod:`locality.spark.kafka`).
 
 May import ``metadata.model`` only; never ``groupers`` or ``coordinator``.
 """

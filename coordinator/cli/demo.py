@@ -1,8 +1,10 @@
-"""``affinity demo``: a stateful Structured Streaming query on a real Spark cluster, run by
-``stateful_foreach_batch`` with a real coordinator side by side with Spark's own RocksDB state
-store, through an executor loss and an application restart (:mod:`coordinator.demo.spark_demo`);
-with
-``--simulate``, the grouper-only replay of a job's life (:mod:`coordinator.demo.simulation`).
+"""``affinity demo``: a stateful streaming query on a real Spark cluster over a real Kafka
+broker, run by a Kafka query whose tasks own their partitions (writing its output to a topic)
+with a real coordinator, side by side with Spark's own RocksDB state store over Spark's Kafka
+connector, through an executor loss and an application restart
+(:mod:`coordinator.demo.spark_demo`); ``--source files``: the same over a file source, with
+``stateful_foreach_batch``; ``--simulate``: the grouper-only replay of a job's life
+(:mod:`coordinator.demo.simulation`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ def add_commands(subparsers: Any) -> None:
         default=8,
         help="batches to run (an executor killed after 3/8 of them, the application "
         "restarted after 3/4; >= 4)",
+    )
+    demo.add_argument(
+        "--source",
+        choices=("kafka", "files"),
+        default="kafka",
+        help="kafka (default): the clicks are records on a real Kafka broker; files: JSON files "
+        "read by Spark's file source, affinity's way through stateful_foreach_batch",
     )
     demo.add_argument(
         "--workdir", type=Path, help="work directory (default: a temporary one, removed after)"

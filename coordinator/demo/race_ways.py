@@ -66,15 +66,22 @@ def spark_state_conf(partitions: int) -> dict[str, str]:
     }
 
 
-def race_config(zk_hosts: str, workdir: Path, tasks: int, name: str = "race") -> JobConfig:
+def race_config(
+    zk_hosts: str, workdir: Path, tasks: int, name: str = "race", topic: str | None = None
+) -> JobConfig:
     """The affinity side's job: one input partition, ``tasks`` tasks (the elasticity factor: a
-    power of two)."""
+    power of two); or, with ``topic``, the Kafka topic of ``tasks`` partitions, one task each."""
+    if topic is None:
+        inputs = [{"system": "spark", "stream": "clicks", "partitions": 1}]
+        factor = tasks
+    else:
+        inputs, factor = [{"system": "kafka", "stream": topic, "partitions": tasks}], 1
     return load_config(
         data={
             "job": {"name": name, "id": "1", "run_id": "r1"},
             "zookeeper": {"connect": zk_hosts, "root": "/affinity-race"},
-            "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],
-            "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": tasks}},
+            "inputs": inputs,
+            "ssp_grouper": {"name": "group-by-partition", "options": {"elasticity_factor": factor}},
             "grouper": {"name": "host-affinity"},
             "coordinator": {
                 "debounce_ms": 200,
@@ -305,20 +312,22 @@ class AffinityWay:
         self.last = max([self.last, *(r.batch for r in reports)])
         self._note_assignment()
         self.versions.update(r.version for r in reports)
-        return [
-            RaceBatch(
-                batch=r.batch,
-                phase=phase,
-                seconds=durations.get(r.batch, r.seconds),
-                bytes_loaded=r.bytes_restored,
-                rows_out=r.rows_out,
-                tasks=r.tasks - r.new,  # tasks that had a state to find (new ones had none)
-                warm=r.warm,
-                rows_in=r.rows_in,
-                driver_rows=r.driver_rows,
-            )
-            for r in reports
-        ]
+        return [self.race_batch(r, phase, durations.get(r.batch, r.seconds)) for r in reports]
+
+    @staticmethod
+    def race_batch(report: Any, phase: str, seconds: float) -> RaceBatch:
+        """A batch report as the race's figures."""
+        return RaceBatch(
+            batch=report.batch,
+            phase=phase,
+            seconds=seconds,
+            bytes_loaded=report.bytes_restored,
+            rows_out=report.rows_out,
+            tasks=report.tasks - report.new,  # tasks that had a state to find (new: none)
+            warm=report.warm,
+            rows_in=report.rows_in,
+            driver_rows=report.driver_rows,
+        )
 
     def _note_assignment(self) -> None:
         driver = self.handler.start(self.session.sparkContext)

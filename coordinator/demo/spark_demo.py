@@ -95,7 +95,9 @@ def _stop_driver_jvms(timeout_s: float = 5.0) -> None:
 class Demo:
     """The streaming race (:class:`StreamingRace`) with the demo's phases and figures."""
 
-    def __init__(self, workdir: Path, batches: int, progress: Progress) -> None:
+    def __init__(
+        self, workdir: Path, batches: int, progress: Progress, source: str = "kafka"
+    ) -> None:
         _pyspark()
         self.batches = batches
         self.progress = progress
@@ -104,6 +106,7 @@ class Demo:
             RaceInput(workdir / "input", users=NUM_KEYS, rows=EVENTS_PER_BATCH, pad=PAD),
             tasks=NUM_TASKS,
             note=progress.note,
+            kafka=source == "kafka",
         )
         self.result = DemoResult()
 
@@ -205,7 +208,9 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         with _terminate_as_interrupt():
             try:
-                demo = Demo(workdir.resolve(), args.batches, progress)
+                demo = Demo(
+                    workdir.resolve(), args.batches, progress, getattr(args, "source", "kafka")
+                )
                 demo.run()
             finally:
                 progress.note("stopping every process ...")

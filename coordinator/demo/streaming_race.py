@@ -24,11 +24,13 @@ import contextlib
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from coordinator.demo.cluster import StandaloneCluster, spark_session
+from coordinator.demo.kafka import KafkaBroker
+from coordinator.demo.race_kafka import KafkaAffinityWay, KafkaRaceInput, KafkaSparkWay
 from coordinator.demo.race_ways import (
     HOSTS,
     LOCALITY_WAIT,
@@ -72,9 +74,18 @@ class StreamingRace:
         tasks: int = 8,
         note: Callable[[str], None] = lambda message: None,
         executor_memory: str = "512m",
+        kafka: bool = False,
     ) -> None:
         self.workdir, self.source, self.tasks, self.note = workdir, source, tasks, note
         self.executor_memory = executor_memory
+        self.broker = KafkaBroker(workdir / "kafka") if kafka else None
+        if self.broker is not None:  # the clicks are records of a topic on a real broker
+            self.source = KafkaRaceInput(
+                **{f.name: getattr(source, f.name) for f in fields(RaceInput)},
+                servers=self.broker.bootstrap_servers,
+                topic="clicks",
+                output_topic="clicks-out",
+            )
         self.zookeeper = EmbeddedZooKeeper(workdir / "zookeeper")
         self.cluster = StandaloneCluster(workdir / "spark", HOSTS, worker_memory="1g")
         self.session: Any = None
@@ -89,14 +100,32 @@ class StreamingRace:
             self.source.folder(name).mkdir(parents=True, exist_ok=True)
         self.note("starting ZooKeeper ...")
         self.zookeeper.start()
-        config = race_config(self.zookeeper.hosts, self.workdir, self.tasks)
-        self.ways = {
-            "affinity": AffinityWay(self.source, self.workdir / "affinity" / "spark-ckpt", config),
-            "spark": SparkWay(self.source, self.workdir / "spark-ckpt", self.tasks),
-        }
+        self.ways = self._ways()
         self.note("starting the Spark cluster (master + 3 workers) ...")
         self.cluster.start()
         self._start_application()
+
+    def _ways(self) -> dict[str, Any]:
+        affinity_ckpt, spark_ckpt = (
+            self.workdir / "affinity" / "spark-ckpt",
+            self.workdir / "spark-ckpt",
+        )
+        source = self.source
+        if self.broker is None or not isinstance(source, KafkaRaceInput):
+            config = race_config(self.zookeeper.hosts, self.workdir, self.tasks)
+            return {
+                "affinity": AffinityWay(source, affinity_ckpt, config),
+                "spark": SparkWay(source, spark_ckpt, self.tasks),
+            }
+        self.note("starting a Kafka broker (KRaft) ...")
+        self.broker.start()
+        for topic in (source.topic, source.output_topic):
+            self.broker.create_topic(topic, self.tasks)
+        config = race_config(self.zookeeper.hosts, self.workdir, self.tasks, topic=source.topic)
+        return {
+            "affinity": KafkaAffinityWay(source, affinity_ckpt, config),
+            "spark": KafkaSparkWay(source, spark_ckpt, self.tasks),
+        }
 
     def _start_application(self) -> None:
         self.note("starting the application and its executors ...")
@@ -106,12 +135,22 @@ class StreamingRace:
             locality_wait=LOCALITY_WAIT,
             executor_memory=self.executor_memory,
             log4j_config=self.cluster.quiet_log4j_config,
-            conf=spark_state_conf(self.tasks),
+            conf={**spark_state_conf(self.tasks), **self._jars()},
         )
         self.wait_executors()
         self.prime()
         for way in self.ways.values():
             way.start(self.session)
+
+    def _jars(self) -> dict[str, str]:
+        """affinity's jar, and with Kafka Spark's connector's."""
+        from locality.spark.jvm import JAR_CONF_KEY, spark_jar
+
+        if self.broker is None:
+            return {}
+        from locality.spark.maven import spark_jars_conf
+
+        return {JAR_CONF_KEY: f"{spark_jar()},{spark_jars_conf()}"}
 
     def _stop_application(self) -> None:
         for way in self.ways.values():
@@ -124,7 +163,10 @@ class StreamingRace:
 
     def stop(self) -> None:
         self._stop_application()
-        for step in (self.cluster.stop, self.zookeeper.stop):
+        steps = [self.cluster.stop, self.zookeeper.stop]
+        if self.broker is not None:
+            steps.append(self.broker.stop)
+        for step in steps:
             with contextlib.suppress(Exception):
                 step()
 

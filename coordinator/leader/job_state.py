@@ -73,16 +73,19 @@ def _in_force(
     return None
 
 
-def read_job_state(store: ZkMetadataStore, now: float, log: Any) -> LeadershipGained:
+def read_job_state(
+    store: ZkMetadataStore, now: float, log: Any, tasks: frozenset[str] | None = None
+) -> LeadershipGained:
     """Processors, locality, the latest model and its barrier, and the model in force
-    (:func:`~coordinator.protocol.rules.model_in_force`), past corrupt old data. It syncs
-    first: the state as the ZooKeeper leader has it, not a lagging follower's (SAMZA-2301)."""
+    (:func:`~coordinator.protocol.rules.model_in_force`), past corrupt old data, with the
+    job's task names (``tasks``). It syncs first: the state as the ZooKeeper leader has it, not
+    a lagging follower's (SAMZA-2301)."""
     store.sync()
     processors, capacity = store.processors.members()
     locality = _locality(store, log)
     latest_version = store.job_models.latest_version()
     if latest_version is None:
-        return LeadershipGained(now, processors, locality, capacity=capacity)
+        return LeadershipGained(now, processors, locality, capacity=capacity, tasks=tasks)
     latest = store.job_models.read(latest_version)
     states = _barrier_states(store, latest_version, log)
     return LeadershipGained(
@@ -94,4 +97,5 @@ def read_job_state(store: ZkMetadataStore, now: float, log: Any) -> LeadershipGa
         latest_participants=frozenset(store.barriers.participants(latest_version)),
         in_force=_in_force(store, latest, states, log),
         capacity=capacity,
+        tasks=tasks,
     )

@@ -284,7 +284,8 @@ class CoordinatorService:
     def _gain(self, log: Any) -> LeadershipGained:
         """Read the job's state and start watching it; a failure here is ``LeadershipFailed``."""
         try:
-            gained = read_job_state(self.store, self.clock(), log)
+            names = frozenset(t.name for t in self.tasks)
+            gained = read_job_state(self.store, self.clock(), log, names)
         except (MetadataError, KazooException) as exc:
             raise failed("reading_state", exc) from exc
         self._failing = None

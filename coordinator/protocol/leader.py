@@ -107,7 +107,7 @@ from coordinator.protocol.leader_policy import (
 )
 from coordinator.protocol.leader_timers import LeaderTimers
 from coordinator.protocol.leader_trigger import RebalanceCause, rebalance_cause
-from coordinator.protocol.rules import retention_floor
+from coordinator.protocol.rules import retention_floor, tasks_match
 from groupers import GrouperMetadata
 from metadata.model import BarrierState, FrozenMap, JobModel, TaskModel
 
@@ -244,7 +244,11 @@ class LeaderMachine(LeaderTimers):
             actions += self._barrier(
                 BarrierUpdated(event.now, latest.version, event.latest_participants)
             )
-        if self.in_force is None or set(self.in_force.containers) != set(self.processors):
+        if (
+            self.in_force is None
+            or set(self.in_force.containers) != set(self.processors)
+            or not tasks_match(self.in_force, event.tasks)
+        ):
             self.dirty_since = self.last_change = event.now
         self._note_vanished(event.now)
         return actions + self._tick(event.now)

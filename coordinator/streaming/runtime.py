@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import threading
 import time
@@ -195,6 +196,17 @@ class QueryRuntime:
         )
         self._coordinator_thread.start()
 
+    def restart_coordinator(self, sc: Any, config: JobConfig) -> None:
+        """Stop the embedded coordinator and start it again with ``config`` (the job's tasks
+        changed: a Kafka partition was added)."""
+        self.config = config
+        if self.coordinator != "embedded" or self._coordinator_thread is None:
+            return
+        self._stop.set()
+        self._coordinator_thread.join(10)
+        self._stop = threading.Event()
+        self._start_coordinator(sc)
+
     def close(self) -> None:
         """Stop the driver member and the embedded coordinator; close the connections."""
         if self._driver is not None:
@@ -288,12 +300,23 @@ class QueryRuntime:
             self._store.locality.write(where)
 
 
+_RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Fenced)): (.+)$")
+
+
 def failure_cause(exc: BaseException) -> str:
-    """The line of a failed Spark job that says why (our task error, else the first line)."""
+    """The line of a failed Spark job that says why: the function's error, else the last error
+    a Python worker raised (``Name: message``), else the first line."""
     text = str(exc)
     for line in text.splitlines():
         if "StatefulFunctionError:" in line:
             return line.split("StatefulFunctionError:", 1)[1].strip()
+    raised = [
+        f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2).strip()}"
+        for match in map(_RAISED.match, text.splitlines())
+        if match and not match.group(1).startswith(("pyspark.", "py4j.", "org.", "java."))
+    ]
+    if raised:
+        return raised[-1]
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0].strip() if lines else repr(exc)
 

@@ -41,7 +41,14 @@ from locality.spark.state.pinned_task import (
     TaskResult,
 )
 
-__all__ = ["BatchPlan", "StageRun", "run_pinned_stage", "stage_schemas"]
+__all__ = [
+    "BatchPlan",
+    "StageRun",
+    "run_pinned_stage",
+    "run_stage",
+    "stage_schemas",
+    "task_runner",
+]
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,23 @@ def stage_schemas(spark: Any, output_schema: Any) -> tuple[Any, Any]:
     return struct, to_arrow_schema(struct, timezone=timezone)
 
 
+def task_runner(
+    spec: QuerySpec, plan: BatchPlan, arrow_schema: Any, input_columns: tuple[str, ...]
+) -> PinnedTaskRunner:
+    """The ``mapInArrow`` function of ``plan``'s batch (its rows: the shuffle partition)."""
+    return PinnedTaskRunner(
+        spec=spec,
+        tasks=plan.tasks,
+        batch=plan.batch,
+        start_batch=plan.start.batch if plan.start is not None else -1,
+        tokens=dict(plan.start.tokens) if plan.start is not None else {},
+        key_groups=dict(plan.key_groups),
+        batch_time_ms=plan.batch_time_ms,
+        input_columns=input_columns,
+        output_schema=arrow_schema,
+    )
+
+
 def run_pinned_stage(
     df: Any,
     spec: QuerySpec,
@@ -101,34 +125,36 @@ def run_pinned_stage(
     locality_wait: str | None,
 ) -> StageRun:
     """Run ``plan``'s batch of ``df`` as one pinned stage (see the module docstring)."""
+    struct, arrow_schema = stage_schemas(df.sparkSession, output_schema)
+    runner = task_runner(spec, plan, arrow_schema, tuple(df.columns))
+    with job_description(df.sparkSession.sparkContext, f"affinity batch {plan.batch}"):
+        frame = routed(df, keyspace, spec.key_columns, plan.tasks)
+        return run_stage(frame, runner, struct, plan, locality_wait=locality_wait)
+
+
+def run_stage(
+    frame: Any,
+    runner: PinnedTaskRunner,
+    struct: Any,
+    plan: BatchPlan,
+    *,
+    locality_wait: str | None,
+) -> StageRun:
+    """Steps 2 to 4 of the module docstring: ``frame`` (with :data:`TASK_COLUMN`) shuffled and
+    pinned, ``runner`` over each task's partition, its output persisted, the results collected."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     began = time.perf_counter()
-    spark = df.sparkSession
-    sc = spark.sparkContext
-    struct, arrow_schema = stage_schemas(spark, output_schema)
-    runner = PinnedTaskRunner(
-        spec=spec,
-        tasks=plan.tasks,
-        batch=plan.batch,
-        start_batch=plan.start.batch if plan.start is not None else -1,
-        tokens=dict(plan.start.tokens) if plan.start is not None else {},
-        key_groups=dict(plan.key_groups),
-        batch_time_ms=plan.batch_time_ms,
-        input_columns=tuple(df.columns),
-        output_schema=arrow_schema,
-    )
-    with job_description(sc, f"affinity batch {plan.batch}"):
-        frame = routed(df, keyspace, spec.key_columns, plan.tasks)
-        shuffle = pinned_shuffle(frame, TASK_COLUMN, plan.tasks, plan.placement, plan.executors)
-        out = shuffle.frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            with LocalityWait(sc, locality_wait):
-                rows = out.where(F.col(RESULT_COLUMN).isNotNull()).select(RESULT_COLUMN).collect()
-        except BaseException:
-            out.unpersist()
-            raise
+    sc = frame.sparkSession.sparkContext
+    shuffle = pinned_shuffle(frame, TASK_COLUMN, plan.tasks, plan.placement, plan.executors)
+    out = shuffle.frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with LocalityWait(sc, locality_wait):
+            rows = out.where(F.col(RESULT_COLUMN).isNotNull()).select(RESULT_COLUMN).collect()
+    except BaseException:
+        out.unpersist()
+        raise
     results = {r.task: r for r in (TaskResult.from_json(row[0]) for row in rows)}
     if set(results) != set(plan.tasks):
         out.unpersist()

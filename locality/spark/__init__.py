@@ -7,7 +7,11 @@ executor locations.
 - :mod:`~locality.spark.provider`: executor side: which executor runs this worker and its
   location id (:class:`SparkExecutorLocationIdProvider`);
 - :mod:`~locality.spark.locations`: an executor's location as the driver asks it (its host, or
-  :class:`ProbedLocations`).
+  :class:`ProbedLocations`);
+- :mod:`~locality.spark.jvm` / :mod:`~locality.spark.maven`: the project's jar, and jars from
+  Maven Central (a Kafka broker's, Spark's Kafka connector); not imported here;
+- :mod:`~locality.spark.kafka`: a task's Kafka partition: offsets, its range read straight from
+  the broker, the sink (confluent-kafka); not imported here.
 
 Registering executors as processors is the member's job: ``coordinator.member.executors``;
 ``stateful_foreach_batch`` (DESIGN.md "Spark streaming") is ``coordinator.streaming``, whose

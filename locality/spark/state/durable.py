@@ -46,6 +46,7 @@ __all__ = [
     "DirectoryStateStorage",
     "Storage",
     "latest_commit",
+    "pin_pending_ranges",
     "read_pending",
     "write_commit",
     "write_pending",
@@ -226,3 +227,23 @@ def read_pending(storage: Storage, batch: int) -> int | None:
         return None
     document: Mapping[str, Any] = json.loads(data)
     return int(document["batch_time_ms"])
+
+
+def pin_pending_ranges(
+    storage: Storage, batch: int, planned: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """The input ranges of ``batch`` (input partition -> [start, end) offsets): those an earlier
+    attempt recorded in the batch's pending record, else ``planned`` (recorded now), so a batch
+    run again reads exactly the records it read before. The pending record must exist
+    (:func:`write_pending` first)."""
+    name = f"pending-{batch:012d}.json"
+    data = storage.read_record(name)
+    if data is None:
+        raise ValueError(f"{name}: no pending record for batch {batch} (write_pending first)")
+    document: dict[str, Any] = json.loads(data)
+    recorded = document.get("ranges")
+    if recorded is not None:
+        return {str(k): (int(v[0]), int(v[1])) for k, v in recorded.items()}
+    document["ranges"] = {k: [int(a), int(b)] for k, (a, b) in sorted(planned.items())}
+    storage.put_record(name, json.dumps(document).encode())
+    return {k: (int(a), int(b)) for k, (a, b) in planned.items()}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +132,12 @@ class PinnedTaskRunner:
     batch_time_ms: int
     input_columns: tuple[str, ...]  # the stream's own columns, as the function gets them
     output_schema: pa.Schema  # the output columns (nullable) and RESULT_COLUMN
+    # Where a task's rows come from: None, the shuffle partition it runs on; else a function of
+    # the task giving its rows (the function's columns and GROUP_COLUMN), e.g. its Kafka ranges.
+    source: Callable[[str], pa.Table] | None = None
+    # Where a task's output goes besides the stage's rows: None, nowhere; else a function of
+    # (task, batch, output rows) that writes them (e.g. to a Kafka topic) before the task ends.
+    deliver: Callable[[str, int, pd.DataFrame], int] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -154,8 +160,14 @@ class PinnedTaskRunner:
                 "valid only during the sink call (its rows were computed for that call)"
             )
         received = list(batches)
-        table = pa.Table.from_batches(received) if received else None
-        rows = key_runs(table, self.spec.key_columns, self.input_columns)
+        table: pa.Table | None
+        if self.source is not None:
+            table = self.source(task)
+            columns = tuple(c for c in table.column_names if c not in (GROUP_COLUMN, TASK_COLUMN))
+        else:
+            table = pa.Table.from_batches(received) if received else None
+            columns = self.input_columns
+        rows = key_runs(table, self.spec.key_columns, columns)
         work = TaskBatch(
             task=task,
             batch=self.batch,
@@ -166,6 +178,8 @@ class PinnedTaskRunner:
             rows=tuple(rows),
         )
         outcome = run_task_batch(self.spec, work, SparkExecutorLocationIdProvider().location_id())
+        if self.deliver is not None:
+            self.deliver(task, self.batch, outcome.output)
         yield from self._output(outcome.output)
         rows_in = sum(len(frame) for _, _, frame in rows)
         where = (current_executor_id(), current_executor_host(), attempt)

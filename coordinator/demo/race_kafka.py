@@ -1,0 +1,145 @@
+"""The streaming race over a real Kafka broker (``affinity demo``'s default, the Kafka benchmark):
+the clicks are records of one topic (keyed by user, so co-partitioned; JSON values), read by
+both ways, and affinity writes its output to a second topic.
+
+- :class:`KafkaRaceInput`: batch ``b`` (:class:`~coordinator.demo.race_ways.RaceInput`'s clicks)
+  produced once to the input topic; the reference output is the same;
+- :class:`KafkaSparkWay`: Spark's own operator over Spark's Kafka connector
+  (``readStream.format("kafka")``, the JSON value parsed, ``groupBy("user")
+  .applyInPandasWithState``, RocksDB state store);
+- :class:`KafkaAffinityWay`: the same function as a Kafka query whose tasks own their partitions
+  (:func:`coordinator.streaming.kafka_query.stateful_kafka_query`): each task reads its
+  partition on its executor, and writes its output to the output topic (one transaction per
+  task and batch) besides the sink the race compares.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coordinator.config import JobConfig
+from coordinator.demo.race_function import count_clicks_random
+from coordinator.demo.race_ways import (
+    OUTPUT_SCHEMA,
+    STATE_SCHEMA,
+    AffinityWay,
+    RaceBatch,
+    RaceInput,
+    SparkWay,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["KafkaAffinityWay", "KafkaRaceInput", "KafkaSparkWay", "decode_clicks"]
+
+CLICK_FIELDS = (("user", "string"), ("value", "int64"), ("pad", "int64"))  # Arrow types
+CLICK_DDL = "user string, value long, pad long"  # the same, as Spark's
+
+
+@dataclass(frozen=True)
+class KafkaRaceInput(RaceInput):
+    """The clicks as records of ``topic`` on ``servers`` (each batch produced once)."""
+
+    servers: str = ""
+    topic: str = ""
+    output_topic: str = ""
+    produced: set[int] = field(default_factory=set, compare=False)
+
+    def drop(self, b: int, way: str) -> None:
+        from locality.spark.kafka import write_records
+
+        if b in self.produced:
+            return
+        import pandas as pd
+
+        rows = self.batch(b)
+        frame = pd.DataFrame(
+            {"key": [r["user"] for r in rows], "value": [json.dumps(r) for r in rows]}
+        )
+        write_records(self.servers, self.topic, frame)
+        self.produced.add(b)
+
+
+def decode_clicks(records: pa.Table) -> pa.Table:
+    """The records' JSON values as the columns ``user``, ``value``, ``pad`` (on the executors)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in CLICK_FIELDS])
+    if records.num_rows == 0:
+        return schema.empty_table()
+    data = b"\n".join(records.column("value").to_pylist())
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    return pj.read_json(io.BytesIO(data), parse_options=options)
+
+
+class KafkaSparkWay(SparkWay):
+    """Spark's own operator over Spark's Kafka connector."""
+
+    def __init__(self, source: KafkaRaceInput, checkpoint: Path, partitions: int) -> None:
+        super().__init__(source, checkpoint, partitions)
+        self.kafka = source
+
+    def start(self, session: Any) -> None:
+        stream = (
+            session.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.kafka.servers)
+            .option("subscribe", self.kafka.topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr(f"from_json(CAST(value AS STRING), '{CLICK_DDL}') AS c")
+            .select("c.*")
+        )
+        self.query = (
+            stream.groupBy("user")
+            .applyInPandasWithState(
+                count_clicks_random, OUTPUT_SCHEMA, STATE_SCHEMA, "update", "NoTimeout"
+            )
+            .writeStream.outputMode("update")
+            .foreachBatch(self._sink)
+            .option("checkpointLocation", str(self.checkpoint))
+            .start()
+        )
+
+
+class KafkaAffinityWay(AffinityWay):
+    """The same function as a Kafka query whose tasks own their partitions."""
+
+    def __init__(self, source: KafkaRaceInput, checkpoint: Path, config: JobConfig) -> None:
+        super().__init__(source, checkpoint, config)
+        self.kafka = source
+
+    def start(self, session: Any) -> None:
+        from coordinator.streaming.kafka_query import stateful_kafka_query
+
+        self.session = session
+        self.handler = stateful_kafka_query(
+            count_clicks_random,
+            spark=session,
+            kafka=self.kafka.servers,
+            key_columns=["user"],
+            output_schema=OUTPUT_SCHEMA,
+            state_schema=STATE_SCHEMA,
+            config=self.config,
+            sink=self._sink,
+            output_topic=self.kafka.output_topic,
+            output_key_column="user",
+            decode=decode_clicks,
+        )
+
+    def run(self, phase: str) -> list[RaceBatch]:
+        """One batch: everything the topic has that was not committed yet."""
+        report = self.handler.run_batch()
+        self.last = report.batch
+        self._note_assignment()
+        self.versions.add(report.version)
+        return [self.race_batch(report, phase, report.seconds)]
+
+    def stop(self) -> None:
+        if self.handler is not None:
+            self.handler.close()

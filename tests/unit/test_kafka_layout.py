@@ -1,0 +1,101 @@
+"""A Kafka query without a broker or Spark: its tasks over partitions and key buckets (each task
+its own key group, stable when partitions are added), the ranges each task reads, the errors
+of a config or output it cannot use, and the cause a failed batch reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.config import load_config
+from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
+from coordinator.streaming.kafka_query import stateful_kafka_query
+from coordinator.streaming.runtime import StreamingUsageError, failure_cause
+from groupers import get_ssp_grouper
+from locality.spark.kafka import KafkaPartition, OffsetRange
+from metadata.model import StreamInput
+
+
+def layout(partitions: int, factor: int, topics: tuple[str, ...] = ("a", "b")) -> KafkaLayout:
+    grouper = get_ssp_grouper("group-by-partition", elasticity_factor=factor)
+    tasks = grouper.group([StreamInput("kafka", t, partitions) for t in topics])
+    return KafkaLayout.of(tasks, topics, partitions, max_parallelism=64)
+
+
+def test_each_task_owns_a_partition_of_every_topic_and_a_key_group_of_its_own() -> None:
+    plain = layout(4, 1)
+    assert plain.key_groups() == {f"Partition {p}": (p,) for p in range(4)}
+    assert set(plain.buckets().values()) == {(0, 1)}
+    virtual = layout(3, 4)
+    groups = virtual.key_groups()
+    assert len(groups) == 12 and sorted(g for (g,) in groups.values()) == list(range(12))
+    assert virtual.buckets()["Partition 2-3-4"] == (3, 4) and groups["Partition 2-3-4"] == (11,)
+    # a partition added keeps every existing task's key group
+    grown = layout(5, 4).key_groups()
+    assert all(grown[t] == g for t, g in groups.items())
+    ranges = {KafkaPartition(t, p): OffsetRange(t, p, p, 10 + p) for t in "ab" for p in range(4)}
+    assert plain.ranges(ranges)["Partition 2"] == (
+        OffsetRange("a", 2, 2, 12),
+        OffsetRange("b", 2, 2, 12),
+    )
+
+
+def test_tasks_that_do_not_own_partitions_are_refused() -> None:
+    tasks = get_ssp_grouper("group-by-ssp").group([StreamInput("kafka", t, 2) for t in "ab"])
+    with pytest.raises(KafkaLayoutError, match=r"owns one partition .* of every input topic"):
+        KafkaLayout.of(tasks, ("a", "b"), 2, 64)
+    with pytest.raises(KafkaLayoutError, match=r"max_parallelism 64 is below .* \(32 x 4\)"):
+        grouper = get_ssp_grouper("group-by-partition", elasticity_factor=4)
+        KafkaLayout.of(grouper.group([StreamInput("kafka", "a", 32)]), ("a",), 32, 64)
+
+
+def _query(tmp_path: Path, **overrides: Any) -> Any:
+    data = {
+        "job": {"name": "k"},
+        "inputs": [{"system": "kafka", "stream": "events", "partitions": 2}],
+        "state": {"checkpoint_dir": str(tmp_path / "d")},
+    }
+    arguments: dict[str, Any] = {
+        "spark": None,
+        "kafka": "127.0.0.1:1",
+        "output_schema": "user string, n long",
+        "state_schema": "n long",
+        "config": load_config(data=overrides.pop("data", data), environ={}),
+        "output_topic": "out",
+        "output_key_column": "user",
+    }
+    arguments.update(overrides)
+    return stateful_kafka_query(lambda key, pdfs, state: iter(()), **arguments)
+
+
+def test_bad_use_is_named_before_anything_runs(tmp_path: Path) -> None:
+    assert _query(tmp_path).layout.partitions == 2
+    with pytest.raises(StreamingUsageError, match="output_key_column 'key' is not a column"):
+        _query(tmp_path, output_key_column="key")
+    with pytest.raises(StreamingUsageError, match="needs a place: sink=, output_topic= or both"):
+        _query(tmp_path, output_topic=None)
+    with pytest.raises(StreamingUsageError, match="max_records_per_batch must be at least 1"):
+        _query(tmp_path, max_records_per_batch=0)
+    files = {
+        "job": {"name": "k"},
+        "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],
+        "state": {"checkpoint_dir": str(tmp_path / "d")},
+    }
+    with pytest.raises(StreamingUsageError, match=r"must all be Kafka topics .*'spark:clicks'"):
+        _query(tmp_path, data=files)
+
+
+def test_a_failed_batch_names_the_error_a_python_worker_raised() -> None:
+    text = (
+        "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+        '  File "sink.py", line 65, in _column\n'
+        "locality.spark.kafka.sink.KafkaWriteError: topic out: not authorized\n"
+        "pyspark.errors.exceptions.captured.PythonException: <exception str() failed>"
+    )
+    assert failure_cause(RuntimeError(text)) == "KafkaWriteError: topic out: not authorized"
+    assert failure_cause(RuntimeError("x\nStatefulFunctionError: batch 3, key ('a',): boom")) == (
+        "batch 3, key ('a',): boom"
+    )
+    assert failure_cause(RuntimeError("just this")) == "just this"
