@@ -15,7 +15,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from locality.spark.kafka import KafkaPartition, OffsetRange
-
 from metadata.model import TaskModel
 
 __all__ = ["KafkaLayout", "KafkaLayoutError"]
