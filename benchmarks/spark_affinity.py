@@ -72,7 +72,12 @@ from benchmarks._spark_affinity_report import (  # noqa: E402
 )
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from coordinator.member.executors import ExecutorRegistrar  # noqa: E402
-from locality.spark import SparkExecutor, SparkExecutors, run_pinned  # noqa: E402
+from locality.spark import (  # noqa: E402
+    SparkExecutor,
+    SparkExecutors,
+    executor_host_location,
+    run_pinned,
+)
 from metadata.zk import ZkMetadataStore, connect  # noqa: E402
 
 SLUGS = {"affinity": "affinity", STANDBY: "standby", "spark default": "default"}
@@ -148,7 +153,9 @@ class Experiment:
         self.wait_executors()
         sc = self.session.sparkContext
         self.registrars = {
-            name: ExecutorRegistrar.for_context(sc, store) for name, store in self.stores.items()
+            # the hosts, as measured before executors were probed (the same here, without probes)
+            name: ExecutorRegistrar.for_context(sc, store, location_of=executor_host_location)
+            for name, store in self.stores.items()
         }
         self.pipelines = {
             name: StatefulPipeline(sc, c, name=SLUGS[name]) for name, c in self.configs.items()

@@ -4,7 +4,8 @@
 - :mod:`locality.base`: ``LocationError`` and the ``LocationIdProvider`` protocol;
 - :mod:`locality.providers`: the ``host`` and ``env`` providers and ``get_location_provider``;
 - :mod:`locality.kubernetes`: the ``kubernetes`` provider (``zone/node``);
-- :mod:`locality.pod_template`: Kubernetes executor pod templates with node affinity;
+- :mod:`locality.pod_template`: Kubernetes executor pod templates (node affinity, the node's
+  name for the executor, the state folder from the node);
 - :mod:`locality.spark`: Spark executors, pinned stages and the executor-side provider, and a
   task's Kafka partition (:mod:`locality.spark.kafka`).
 

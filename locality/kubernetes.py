@@ -15,12 +15,24 @@ Where the answer comes from, in order:
 The result is ``zone/node``, or just ``node`` when the node has no zone label.
 
 The API is reached with the in-cluster configuration (``KUBERNETES_SERVICE_HOST`` /
-``KUBERNETES_SERVICE_PORT`` and the service-account token and CA). It needs RBAC to ``get`` pods
-in the namespace (only when the node name is not in the environment) and ``get`` nodes (cluster
-scoped: a ClusterRole). When the node name comes from the environment but there is no in-cluster
-configuration at all, the zone is unknown and the id is just the node name (logged as a warning);
-when the API *is* configured but a request fails, that is an error, never a silently different
-id. :class:`~locality.base.LocationError` names everything that was tried.
+``KUBERNETES_SERVICE_PORT`` and the service-account token and CA, under
+``/var/run/secrets/kubernetes.io/serviceaccount`` or the folder ``AFFINITY_SERVICE_ACCOUNT_DIR``
+names, e.g. a projected token mounted elsewhere). It needs RBAC to ``get`` pods in the namespace
+(only when the node name is not in the environment) and ``get`` nodes (cluster scoped: a
+ClusterRole). Whether the zone is looked up (``AFFINITY_ZONE_LOOKUP``, or ``lookup_zone``):
+
+``api``
+    always: without an in-cluster configuration that is an error (an executor pod template
+    written by ``affinity spark pod-template`` says so, so every executor has the same shape);
+``off``
+    never: the id is the node name (or ``AFFINITY_ZONE/node``), no API and no RBAC at all;
+unset
+    when the API is configured; when the node name comes from the environment and there is no
+    in-cluster configuration at all, the id is just the node name (logged as a warning).
+
+When the API *is* configured but a request fails (refused, timed out, RBAC 403), that is an
+error, never a silently different id. :class:`~locality.base.LocationError` names everything
+that was tried.
 """
 
 from __future__ import annotations
@@ -39,7 +51,10 @@ __all__ = [
     "NODE_NAME_VARS",
     "POD_NAME_VARS",
     "SERVICE_ACCOUNT_DIR",
+    "SERVICE_ACCOUNT_DIR_VAR",
     "ZONE_LABELS",
+    "ZONE_LOOKUP_MODES",
+    "ZONE_LOOKUP_VAR",
     "ZONE_VARS",
     "KubernetesLocationIdProvider",
 ]
@@ -61,6 +76,12 @@ ZONE_LABELS: tuple[str, ...] = (
 )
 #: Where Kubernetes mounts the service-account token, CA and namespace.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: Environment variable naming another folder with ``token``, ``ca.crt`` and ``namespace``.
+SERVICE_ACCOUNT_DIR_VAR = "AFFINITY_SERVICE_ACCOUNT_DIR"
+#: Environment variable saying whether the zone is looked up: ``api`` or ``off`` (module doc).
+ZONE_LOOKUP_VAR = "AFFINITY_ZONE_LOOKUP"
+#: The values :data:`ZONE_LOOKUP_VAR` takes.
+ZONE_LOOKUP_MODES: tuple[str, ...] = ("api", "off")
 
 
 def _first(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, str] | None:
@@ -80,9 +101,12 @@ class KubernetesLocationIdProvider:
     ``environ``
         the environment to read (default ``os.environ``, read at call time);
     ``token_filename``, ``cert_filename``, ``namespace_filename``
-        the service-account files (default under :data:`SERVICE_ACCOUNT_DIR`);
+        the service-account files (default: in :data:`SERVICE_ACCOUNT_DIR_VAR`'s folder when
+        that is set, else under :data:`SERVICE_ACCOUNT_DIR`);
     ``lookup_zone``
         ``False`` never asks the API for the zone (the id is ``node``, or ``AFFINITY_ZONE/node``);
+        ``True`` asks it when the API is configured; ``None`` (the default): as
+        :data:`ZONE_LOOKUP_VAR` says (``api``: must ask; ``off``: never; unset: as ``True``);
     ``zone_labels``
         node labels to try for the zone, first wins (default :data:`ZONE_LABELS`);
     ``timeout_s``
@@ -95,19 +119,21 @@ class KubernetesLocationIdProvider:
         self,
         *,
         environ: Mapping[str, str] | None = None,
-        token_filename: str | os.PathLike[str] = f"{SERVICE_ACCOUNT_DIR}/token",
-        cert_filename: str | os.PathLike[str] = f"{SERVICE_ACCOUNT_DIR}/ca.crt",
-        namespace_filename: str | os.PathLike[str] = f"{SERVICE_ACCOUNT_DIR}/namespace",
-        lookup_zone: bool = True,
+        token_filename: str | os.PathLike[str] | None = None,
+        cert_filename: str | os.PathLike[str] | None = None,
+        namespace_filename: str | os.PathLike[str] | None = None,
+        lookup_zone: bool | None = None,
         zone_labels: Sequence[str] = ZONE_LABELS,
         timeout_s: float = 5.0,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self._environ = environ
-        self.token_filename = str(token_filename)
-        self.cert_filename = str(cert_filename)
-        self.namespace_filename = str(namespace_filename)
+        self._files = {
+            "token": token_filename,
+            "ca.crt": cert_filename,
+            "namespace": namespace_filename,
+        }
         self.lookup_zone = lookup_zone
         self.zone_labels = tuple(zone_labels)
         self.timeout_s = timeout_s
@@ -116,6 +142,40 @@ class KubernetesLocationIdProvider:
 
     def __repr__(self) -> str:
         return f"KubernetesLocationIdProvider(lookup_zone={self.lookup_zone})"
+
+    def _file(self, name: str, environ: Mapping[str, str]) -> str:
+        """The service-account file ``name`` (``token``, ``ca.crt``, ``namespace``)."""
+        given = self._files[name]
+        if given is not None:
+            return str(given)
+        folder = environ.get(SERVICE_ACCOUNT_DIR_VAR, "").strip() or SERVICE_ACCOUNT_DIR
+        return str(Path(folder) / name)
+
+    @property
+    def token_filename(self) -> str:
+        return self._file("token", os.environ if self._environ is None else self._environ)
+
+    @property
+    def cert_filename(self) -> str:
+        return self._file("ca.crt", os.environ if self._environ is None else self._environ)
+
+    @property
+    def namespace_filename(self) -> str:
+        return self._file("namespace", os.environ if self._environ is None else self._environ)
+
+    def _zone_mode(self, environ: Mapping[str, str]) -> str:
+        """``off``, ``api`` (must look up) or ``auto`` (look up if the API is configured)."""
+        if self.lookup_zone is not None:
+            return "auto" if self.lookup_zone else "off"
+        value = environ.get(ZONE_LOOKUP_VAR, "").strip().lower()
+        if not value:
+            return "auto"
+        if value not in ZONE_LOOKUP_MODES:
+            raise LocationError(
+                f"{ZONE_LOOKUP_VAR}={value!r}: must be one of {', '.join(ZONE_LOOKUP_MODES)} "
+                "(or unset)"
+            )
+        return value
 
     def location_id(self) -> str:
         with self._lock:
@@ -127,13 +187,21 @@ class KubernetesLocationIdProvider:
 
     def _resolve(self) -> str:
         environ = os.environ if self._environ is None else self._environ
+        zone_mode = self._zone_mode(environ)
         node_env = _first(environ, NODE_NAME_VARS)
         zone_env = _first(environ, ZONE_VARS)
-        if node_env is not None and (zone_env is not None or not self.lookup_zone):
+        if node_env is not None and (zone_env is not None or zone_mode == "off"):
             return _join(zone_env[1] if zone_env else None, node_env[1])
 
         api, config_problem = self._api(environ)
         if api is None:
+            if node_env is not None and zone_mode == "api":
+                raise LocationError(
+                    f"cannot read the zone of node {node_env[1]} (from {node_env[0]}): "
+                    f"{ZONE_LOOKUP_VAR}=api, but the Kubernetes API is not available "
+                    f"(in-cluster configuration: {config_problem}); mount the service-account "
+                    f"token, or set {ZONE_LOOKUP_VAR}=off for ids without a zone"
+                )
             if node_env is not None:
                 log.warning(
                     "zone unknown: no in-cluster Kubernetes configuration (%s); "
@@ -152,7 +220,7 @@ class KubernetesLocationIdProvider:
             node = node_env[1] if node_env is not None else self._node_from_pod(api, environ)
             if zone_env is not None:
                 return _join(zone_env[1], node)
-            zone = self._zone_of(api, node) if self.lookup_zone else None
+            zone = self._zone_of(api, node) if zone_mode != "off" else None
             return _join(zone, node)
         finally:
             api.api_client.close()
@@ -166,9 +234,11 @@ class KubernetesLocationIdProvider:
         configuration = client.Configuration()
         # The loader is untyped; Any keeps mypy --strict quiet without a blanket ignore.
         loader_cls: Any = incluster_config.InClusterConfigLoader
+        token_filename = self._file("token", environ)
+        cert_filename = self._file("ca.crt", environ)
         loader = loader_cls(
-            token_filename=self.token_filename,
-            cert_filename=self.cert_filename,
+            token_filename=token_filename,
+            cert_filename=cert_filename,
             try_refresh_token=False,
             environ=environ,
         )
@@ -177,7 +247,7 @@ class KubernetesLocationIdProvider:
         except ConfigException as exc:
             return None, (
                 f"{exc} (needs KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT, "
-                f"{self.token_filename} and {self.cert_filename})"
+                f"{token_filename} and {cert_filename})"
             )
         except OSError as exc:
             return None, f"cannot read the service-account files: {exc}"
@@ -210,18 +280,17 @@ class KubernetesLocationIdProvider:
         ns_env = _first(environ, NAMESPACE_VARS)
         if ns_env is not None:
             return ns_env[1]
+        namespace_filename = self._file("namespace", environ)
         try:
-            namespace = Path(self.namespace_filename).read_text().strip()
+            namespace = Path(namespace_filename).read_text().strip()
         except OSError as exc:
             raise LocationError(
                 "cannot find this pod's namespace: none of "
-                f"{', '.join(NAMESPACE_VARS)} is set and {self.namespace_filename} cannot be "
+                f"{', '.join(NAMESPACE_VARS)} is set and {namespace_filename} cannot be "
                 f"read ({exc.strerror or exc})"
             ) from None
         if not namespace:
-            raise LocationError(
-                f"cannot find this pod's namespace: {self.namespace_filename} is empty"
-            )
+            raise LocationError(f"cannot find this pod's namespace: {namespace_filename} is empty")
         return namespace
 
     def _zone_of(self, api: Any, node: str) -> str | None:
@@ -229,7 +298,7 @@ class KubernetesLocationIdProvider:
             api,
             f"node {node}",
             lambda: api.read_node(node, _request_timeout=self.timeout_s),
-            hint="(reading the node's zone label; set lookup_zone=False to skip it)",
+            hint=f"(reading the node's zone label; {ZONE_LOOKUP_VAR}=off skips it)",
         )
         metadata = getattr(node_obj, "metadata", None)
         labels: Mapping[str, str] = (getattr(metadata, "labels", None) or {}) if metadata else {}

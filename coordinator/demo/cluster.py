@@ -14,6 +14,11 @@ which also runs at interpreter exit::
         cluster.kill_worker("127.0.0.3")        # the host loses its executor
         cluster.start_worker("127.0.0.3")       # ... and gets a new one
         spark.stop()
+
+``worker_env`` gives a worker (and the executors it starts, which inherit its environment) its
+own variables, e.g. the node name a Kubernetes pod would get from the Downward API::
+
+    StandaloneCluster(workdir, hosts, worker_env={"127.0.0.2": {"AFFINITY_NODE_NAME": "node-a"}})
 """
 
 from __future__ import annotations
@@ -98,6 +103,8 @@ class StandaloneCluster:
 
     Daemons get ``daemon_memory`` of heap; each worker offers ``worker_cores`` cores and
     ``worker_memory`` to executors. Logs and work directories live under ``workdir``.
+    ``worker_env`` maps a worker's address to extra environment variables for it and its
+    executors.
     """
 
     def __init__(
@@ -112,9 +119,11 @@ class StandaloneCluster:
         java_opts: str = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
         startup_timeout_s: float = 90.0,
         stop_at_exit: bool = True,
+        worker_env: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.worker_hosts = list(worker_hosts)
+        self.worker_env = {host: dict(env) for host, env in (worker_env or {}).items()}
         self.master_host = master_host
         self.worker_cores = worker_cores
         self.worker_memory = worker_memory
@@ -171,6 +180,7 @@ class StandaloneCluster:
             SPARK_LOCAL_DIRS=str(self.workdir / f"local-{local_ip}"),
             PYSPARK_PYTHON=sys.executable,
         )
+        env.update(self.worker_env.get(local_ip, {}))
         return env
 
     def _spawn(self, name: str, args: list[str], local_ip: str) -> subprocess.Popen[bytes]:
@@ -222,8 +232,11 @@ class StandaloneCluster:
                 self.start_worker(host)
         return self
 
-    def start_worker(self, host: str) -> None:
-        """Start a worker on ``host`` (a fresh worker process; its executors get new ids)."""
+    def start_worker(self, host: str, env: Mapping[str, str] | None = None) -> None:
+        """Start a worker on ``host`` (a fresh worker process; its executors get new ids), with
+        ``env`` as its extra environment from now on when given."""
+        if env is not None:
+            self.worker_env[host] = dict(env)
         if host in self._workers and self._workers[host].poll() is None:
             return
         if host not in self.worker_hosts:

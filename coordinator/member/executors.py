@@ -3,8 +3,11 @@ processor registration per live executor.
 
 :meth:`ExecutorRegistrar.sync` registers new executors and unregisters lost ones. A replacement
 executor has a new Spark id, so it is a new processor (``<prefix>-exec-<id>``) at the same
-location. The location comes from ``location_of`` (the executor's host by default;
-:class:`locality.spark.ProbedLocations` asks each executor for its own location instead).
+location. The location comes from ``location_of``: for a SparkContext
+(:meth:`ExecutorRegistrar.for_context`) :class:`locality.spark.ProbedLocations` by default, which
+asks each new executor for its own location (its ``AFFINITY_LOCATION_ID``; on Kubernetes the
+``zone/node`` of its pod's node; else its host), so the location an executor is registered at is
+the one its tasks report; ``executor_host_location`` registers the host as Spark knows it.
 :meth:`ExecutorRegistrar.placement` turns a job model's task -> processor into the task ->
 executor placement :func:`locality.spark.run_pinned` takes.
 """
@@ -19,7 +22,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from locality.spark import SparkExecutor, SparkExecutors, executor_host_location
+from locality.spark import ProbedLocations, SparkExecutor, SparkExecutors, executor_host_location
+from locality.spark.locations import ExecutorLocations
 from metadata.zk import ZkMetadataStore
 
 if TYPE_CHECKING:
@@ -66,7 +70,10 @@ class ExecutorRegistrar:
     ``executors`` is a callable returning the live executors (a :class:`SparkExecutors`);
     ``prefix`` names the processors ``<prefix>-exec-<executor id>`` (use the application id, so a
     restarted application's executors, whose ids start again at 0, are new processors);
-    ``location_of`` gives an executor's location id (default: its host). ``extra`` is stored in
+    ``location_of`` gives an executor's location id (default here: its host; with a
+    :class:`~locality.spark.locations.ExecutorLocations` such as ``ProbedLocations``, all the
+    executors one sync finds are located at once, and an executor it could not reach yet is
+    registered by a later sync; an error it raises fails the sync). ``extra`` is stored in
     every registration (``executor_id`` and ``spark_app`` are added). With ``members`` (a
     :class:`~coordinator.member.group.MemberGroup`), each executor becomes a member of that group,
     which registers it and plays its member role (the Spark driver's case,
@@ -98,16 +105,17 @@ class ExecutorRegistrar:
         store: ZkMetadataStore,
         *,
         prefix: str | None = None,
-        location_of: Callable[[SparkExecutor], str] = executor_host_location,
+        location_of: Callable[[SparkExecutor], str] | None = None,
         extra: Mapping[str, Any] | None = None,
         members: MemberGroup | None = None,
     ) -> ExecutorRegistrar:
-        """A registrar for ``sc``'s executors, processors named ``<app id>-exec-<id>``."""
+        """A registrar for ``sc``'s executors, processors named ``<app id>-exec-<id>``, each at
+        the location it reports itself (``ProbedLocations(sc)``) unless ``location_of`` says."""
         return cls(
             store,
             SparkExecutors(sc),
             prefix or str(sc.applicationId),
-            location_of,
+            location_of if location_of is not None else ProbedLocations(sc),
             {"spark_app": str(sc.applicationId), **(extra or {})},
             members,
         )
@@ -141,38 +149,73 @@ class ExecutorRegistrar:
         }
 
     def sync(self) -> SyncResult:
-        """Register new executors, unregister lost ones, re-register vanished nodes."""
+        """Register new executors, unregister lost ones, re-register vanished nodes.
+
+        New executors are located first (probing them runs Spark jobs: seconds), so that a
+        replacement and the executor it replaces change the membership together, in one
+        rebalance. If locating fails, the lost executors are still unregistered, then the error
+        is raised."""
         with self._lock:
             live = {e.executor_id: e for e in self.executors()}
-            removed = []
-            for pid, registration in list(self._registered.items()):
-                current = live.get(registration.executor.executor_id)
-                if current is None or current != registration.executor:
-                    self._unregister(registration)
-                    del self._registered[pid]
-                    removed.append(pid)
-            restored = []
-            if self._registered and self.members is None:  # (members re-register themselves)
-                alive_nodes = {r.node for r in self.store.processors.read()[0]}
-                for pid, registration in list(self._registered.items()):
-                    if registration.node not in alive_nodes:
-                        self._registered[pid] = self._register(registration.executor)
-                        restored.append(pid)
+            staying = {
+                r.executor.executor_id
+                for r in self._registered.values()
+                if live.get(r.executor.executor_id) == r.executor
+            }
+            new = [e for executor_id, e in live.items() if executor_id not in staying]
+            try:
+                locations = self._locate(new)
+            except Exception:
+                self._drop_lost(live)
+                raise
+            removed = self._drop_lost(live)
+            restored = self._restore_vanished()
             added = []
-            known = {r.executor.executor_id for r in self._registered.values()}
-            for executor_id, executor in live.items():
-                if executor_id not in known:
-                    registration = self._register(executor)
-                    self._registered[registration.processor_id] = registration
-                    added.append(registration.processor_id)
+            for executor in new:
+                if executor.executor_id not in locations:
+                    continue  # not reached yet: a later sync registers it
+                registration = self._register(executor, locations[executor.executor_id])
+                self._registered[registration.processor_id] = registration
+                added.append(registration.processor_id)
             result = SyncResult(tuple(added), tuple(removed), tuple(restored))
         if result.changed:
             log.info("executors synced: +%s -%s restored %s", added, removed, restored)
         return result
 
-    def _register(self, executor: SparkExecutor) -> Registration:
+    def _drop_lost(self, live: Mapping[str, SparkExecutor]) -> list[str]:
+        """Unregister the executors that are not live (or changed); their processor ids."""
+        removed = []
+        for pid, registration in list(self._registered.items()):
+            if live.get(registration.executor.executor_id) != registration.executor:
+                self._unregister(registration)
+                del self._registered[pid]
+                removed.append(pid)
+        return removed
+
+    def _restore_vanished(self) -> list[str]:
+        """Register again the executors whose node vanished (a session expiry)."""
+        restored: list[str] = []
+        if not self._registered or self.members is not None:  # members re-register themselves
+            return restored
+        alive_nodes = {r.node for r in self.store.processors.read()[0]}
+        for pid, registration in list(self._registered.items()):
+            if registration.node not in alive_nodes:
+                self._registered[pid] = self._register(
+                    registration.executor, registration.location_id
+                )
+                restored.append(pid)
+        return restored
+
+    def _locate(self, executors: Sequence[SparkExecutor]) -> dict[str, str]:
+        """Executor id -> location of ``executors`` (those ``location_of`` could reach)."""
+        if not executors:
+            return {}
+        if isinstance(self.location_of, ExecutorLocations):
+            return self.location_of.locate(executors)
+        return {e.executor_id: self.location_of(e) for e in executors}
+
+    def _register(self, executor: SparkExecutor, location: str) -> Registration:
         pid = self.processor_id(executor.executor_id)
-        location = self.location_of(executor)
         extra = {**self.extra, "executor_id": executor.executor_id}
         if self.members is not None:
             self.members.add(pid, location, executor.host, **extra)

@@ -2,7 +2,9 @@
 
 A Spark application's executors are the job's processors, but only the driver talks to
 ZooKeeper. :class:`SparkDriverMember` registers every live executor as a processor
-(:class:`~coordinator.member.executors.ExecutorRegistrar`) and plays each executor's member role
+(:class:`~coordinator.member.executors.ExecutorRegistrar`; each at the location it reports
+itself, ``ProbedLocations``, unless ``location_of`` says otherwise: on Kubernetes the
+``zone/node`` of its pod's node) and plays each executor's member role
 through the same member machine as ``affinity processor run``
 (:class:`~coordinator.member.group.MemberGroup`): it joins each version's barrier for the
 executors that version names, and once the barrier is DONE the executors' tasks "run" there:
@@ -33,7 +35,7 @@ from kazoo.client import KazooClient
 
 from coordinator.member.executors import ExecutorRegistrar, SyncResult
 from coordinator.member.group import MemberGroup
-from locality.spark import SparkExecutor, executor_host_location
+from locality.spark import SparkExecutor
 from metadata.model import TaskModel
 from metadata.zk import ZkMetadataStore
 
@@ -74,7 +76,7 @@ class SparkDriverMember:
         *,
         job: str = "",
         prefix: str | None = None,
-        location_of: Callable[[SparkExecutor], str] = executor_host_location,
+        location_of: Callable[[SparkExecutor], str] | None = None,
         extra: Mapping[str, Any] | None = None,
         log: Any = None,  # the member group's structlog logger (default: affinity.member)
     ) -> None:

@@ -154,7 +154,8 @@ class Rendered:
         return {e["name"]: e for e in self.container["env"]}
 
     def job_yaml(self) -> str:
-        text: str = self.one("ConfigMap")["data"]["job.yaml"]
+        (configmap,) = [c for c in self.all("ConfigMap") if "job.yaml" in c["data"]]
+        text: str = configmap["data"]["job.yaml"]
         return text
 
 
@@ -229,11 +230,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "spreadAcrossNodes": {"enabled": False},
     },
     "processor-rbac": {"processorRbac": {"create": True}},
+    "spark": {"spark": {"enabled": True, "networkPolicy": {"enabled": True}}},
     "no-network-policy": {"networkPolicy": {"enabled": False}},
     "resources-null": {"resources": None},
     "everything-on": {
         "replicaCount": 3,
         "processorRbac": {"create": True, "annotations": {"example.com/owner": "data"}},
+        "spark": {"enabled": True, "networkPolicy": {"enabled": True}},
         "networkPolicy": {"enabled": True},
         "serviceMonitor": {"enabled": True},
         "podDisruptionBudget": {"minAvailable": 2},
@@ -320,7 +323,14 @@ def test_lint_strict(helm: str, tmp: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["network-policy", "service-monitor", "processor-rbac", "resources-null", "everything-on"],
+    [
+        "network-policy",
+        "service-monitor",
+        "processor-rbac",
+        "spark",
+        "resources-null",
+        "everything-on",
+    ],
 )
 def test_lint_strict_with_overrides(helm: str, tmp: Path, name: str) -> None:
     result = subprocess.run(

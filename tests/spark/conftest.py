@@ -48,8 +48,10 @@ def spark_app(spark_cluster: StandaloneCluster) -> Iterator[SparkApp]:
 
 @pytest.fixture
 def app(spark_app: SparkApp) -> SparkApp:
-    """The session's application, with an executor on every worker host."""
-    if spark_app.session is None:
+    """The session's application, with an executor on every worker host (started again if it
+    was stopped, e.g. by a module that ran an application of its own)."""
+    if not spark_app.running:
+        spark_app.session = None
         spark_app.start()
     spark_app.ready()
     return spark_app

@@ -57,6 +57,12 @@ class SparkApp:
             len(self.hosts), hosts=self.hosts, exclude=exclude, timeout_s=timeout_s
         )
 
+    @property
+    def running(self) -> bool:
+        """Started and not stopped (by :meth:`stop`, or by another application of the test
+        session: :func:`stop_active_session`)."""
+        return self.session is not None and self.session.sparkContext._jsc is not None
+
     def stop(self) -> None:
         if self.session is not None:
             self.session.stop()
@@ -67,3 +73,14 @@ class SparkApp:
         self.stop()
         self.restarts += 1
         self.start()
+
+
+def stop_active_session() -> None:
+    """Stop this process's SparkSession, whichever application it is (a process has one
+    SparkContext): for a test module that runs its own cluster and application. The session's
+    :class:`SparkApp` starts again when a test asks for it (``app`` in conftest.py)."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession._instantiatedSession
+    if session is not None and session.sparkContext._jsc is not None:
+        session.stop()

@@ -1,237 +1,31 @@
-"""KubernetesLocationIdProvider against a local TLS stub of the Kubernetes API server.
-
-The official ``kubernetes`` client talks to the stub through its real in-cluster configuration
-(``InClusterConfigLoader`` with our token, CA file and environment), so the TLS verification,
-the bearer token and the request paths are the real ones.
-"""
+"""KubernetesLocationIdProvider against a local TLS stub of the Kubernetes API server
+(``tests/kubeapi.py``): the real ``kubernetes`` client, in-cluster configuration, TLS and
+bearer token."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
-import json
-import shutil
-import ssl
-import subprocess
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
+from kubeapi import NAMESPACE, POD, TOKEN, ApiStub, make_cert, serve_api
 
 from locality.kubernetes import KubernetesLocationIdProvider
 from locality.providers import LocationError, get_location_provider
-
-TOKEN = "stub-token-7f3a"
-NAMESPACE = "jobs"
-POD = "affinity-coordinator-5d9c7-abcde"
-
-
-def _make_cert(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (its own CA) and its key, as PEM files.
-
-    Made with the ``cryptography`` package; without it (it is not a declared test dependency
-    everywhere), with the ``openssl`` command line, which every Debian machine has.
-    """
-    try:
-        import cryptography  # noqa: F401
-    except ImportError:
-        return _make_cert_with_openssl(directory)
-    return _make_cert_with_cryptography(directory)
-
-
-def _make_cert_with_openssl(directory: Path) -> tuple[Path, Path]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.fail("the TLS stub needs the 'cryptography' package or the 'openssl' command")
-    cert_path = directory / "ca.crt"
-    key_path = directory / "server.key"
-    subprocess.run(
-        [
-            openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "1", "-subj", "/CN=kube-apiserver-stub",
-            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-keyout", str(key_path), "-out", str(cert_path),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert_path, key_path
-
-
-def _make_cert_with_cryptography(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-stub")])
-    now = datetime.datetime.now(datetime.UTC)
-    public = key.public_key()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(public)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public), critical=False)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path = directory / "ca.crt"
-    key_path = directory / "server.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
-@dataclass
-class ApiStub:
-    """What the stub serves (path -> (status, JSON body)) and the requests it saw."""
-
-    port: int
-    cert: Path
-    token_file: Path
-    namespace_file: Path
-    routes: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    requests: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Authorization)
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return {
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(self.port),
-            **extra,
-        }
-
-    def provider(self, environ: dict[str, str], **options: Any) -> KubernetesLocationIdProvider:
-        return KubernetesLocationIdProvider(
-            environ=environ,
-            token_filename=self.token_file,
-            cert_filename=self.cert,
-            namespace_filename=self.namespace_file,
-            timeout_s=5.0,
-            **options,
-        )
-
-    def add_pod(self, name: str, node: str | None, namespace: str = NAMESPACE) -> None:
-        spec: dict[str, Any] = {"containers": [{"name": "main", "image": "affinity:test"}]}
-        if node is not None:
-            spec["nodeName"] = node
-        self.routes[f"/api/v1/namespaces/{namespace}/pods/{name}"] = (
-            200,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": spec,
-            },
-        )
-
-    def add_node(self, name: str, labels: dict[str, str]) -> None:
-        self.routes[f"/api/v1/nodes/{name}"] = (
-            200,
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}},
-        )
-
-    def paths(self) -> list[str]:
-        return [path for path, _ in self.requests]
-
-
-def _not_found(path: str) -> dict[str, Any]:
-    kind, _, name = path.rstrip("/").rpartition("/")
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": f'{kind.rsplit("/", 1)[-1]} "{name}" not found',
-        "reason": "NotFound",
-        "code": 404,
-    }
+from locality.spark import provider as provider_module
+from locality.spark.provider import SparkExecutorLocationIdProvider, on_kubernetes
 
 
 @pytest.fixture(scope="module")
 def server_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return _make_cert(tmp_path_factory.mktemp("stub-tls"))
+    return make_cert(tmp_path_factory.mktemp("stub-tls"))
 
 
 @pytest.fixture
 def api(tmp_path: Path, server_cert: tuple[Path, Path]) -> Iterator[ApiStub]:
     cert, key = server_cert
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
-    namespace_file = tmp_path / "namespace"
-    namespace_file.write_text(NAMESPACE + "\n")
-
-    stub: ApiStub
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            stub.requests.append((path, self.headers.get("Authorization")))
-            status, body = stub.routes.get(path, (404, _not_found(path)))
-            payload = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    stub = ApiStub(server.server_address[1], cert, token_file, namespace_file)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
+    with serve_api(tmp_path / "serviceaccount", cert, key) as stub:
         yield stub
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 # -- Downward API environment first ------------------------------------------------------------
@@ -435,7 +229,7 @@ def test_no_namespace_is_a_clear_error(api: ApiStub, tmp_path: Path) -> None:
 def test_untrusted_server_certificate_is_an_error(api: ApiStub, tmp_path: Path) -> None:
     other_dir = tmp_path / "other"
     other_dir.mkdir()
-    other_ca, _ = _make_cert(other_dir)
+    other_ca, _ = make_cert(other_dir)
     provider = KubernetesLocationIdProvider(
         environ=api.env(NODE_NAME="n1"),
         token_filename=api.token_file,
@@ -445,3 +239,145 @@ def test_untrusted_server_certificate_is_an_error(api: ApiStub, tmp_path: Path) 
     with pytest.raises(LocationError, match="node n1"):
         provider.location_id()
     assert api.requests == []  # the handshake failed before any request was sent
+
+
+# -- a Spark executor on Kubernetes: SparkExecutorLocationIdProvider -------------------------
+# What an executor pod's environment holds: the Downward API node name the executor pod template
+# gives it (AFFINITY_NODE_NAME), AFFINITY_ZONE_LOOKUP, Spark's SPARK_EXECUTOR_POD_NAME/_IP, and
+# the in-cluster API variables. The provider must answer zone/node of the node, never the pod's
+# address, and fail clearly otherwise.
+
+
+def _executor_env(api: ApiStub, **extra: str) -> dict[str, str]:
+    return api.env(
+        **{
+            "AFFINITY_SERVICE_ACCOUNT_DIR": str(api.service_account_dir),
+            "SPARK_EXECUTOR_POD_NAME": "clicks-exec-3",
+            "SPARK_EXECUTOR_POD_IP": "10.42.7.19",
+            "SPARK_LOCAL_IP": "10.42.7.19",
+            "SPARK_LOCAL_DIRS": str(api.service_account_dir.parent / "spark-local"),
+            **extra,
+        }
+    )
+
+
+def _executor(environ: dict[str, str]) -> SparkExecutorLocationIdProvider:
+    # proc: no executor JVM above the test process (its host would be the pod address)
+    return SparkExecutorLocationIdProvider(environ=environ, proc=Path("/nonexistent"))
+
+
+def test_executor_on_kubernetes_is_at_zone_and_node_of_its_pods_node(api: ApiStub) -> None:
+    api.add_node("node-exec-1", {"topology.kubernetes.io/zone": "eu-west-1a"})
+    env = _executor_env(api, AFFINITY_NODE_NAME="node-exec-1", AFFINITY_ZONE_LOOKUP="api")
+    assert _executor(env).location_id() == "eu-west-1a/node-exec-1"
+    # The token from the service-account folder the environment names, over TLS.
+    assert api.requests == [("/api/v1/nodes/node-exec-1", f"bearer {TOKEN}")]
+    # Every task asks; the process keeps the answer (a pod never changes node).
+    assert _executor(dict(env)).location_id() == "eu-west-1a/node-exec-1"
+    assert len(api.requests) == 1
+
+
+def test_new_python_workers_of_the_pod_need_no_api(api: ApiStub, tmp_path: Path) -> None:
+    """Spark forks new Python workers; each asks for its location. The first answer is kept in
+    the pod's local dir, so the others need no request, also while the API server is down."""
+    api.add_node("node-exec-8", {"topology.kubernetes.io/zone": "z8"})
+    env = _executor_env(api, AFFINITY_NODE_NAME="node-exec-8", AFFINITY_ZONE_LOOKUP="api")
+    assert _executor(env).location_id() == "z8/node-exec-8"
+    api.stop()
+    provider_module._k8s_ids.clear()  # a new Python worker: nothing in its memory
+    assert _executor(env).location_id() == "z8/node-exec-8"
+    assert len(api.requests) == 1
+    # Another pod (its own local dir) has no answer kept: it must ask, and cannot.
+    other_pod = {**env, "SPARK_LOCAL_DIRS": str(tmp_path / "other-pod")}
+    provider_module._k8s_ids.clear()
+    with pytest.raises(LocationError, match="request failed"):
+        _executor(other_pod).location_id()
+
+
+def test_executor_node_without_zone_label_is_the_node(api: ApiStub) -> None:
+    api.add_node("node-exec-2", {"kubernetes.io/hostname": "node-exec-2"})
+    env = _executor_env(api, AFFINITY_NODE_NAME="node-exec-2", AFFINITY_ZONE_LOOKUP="api")
+    assert _executor(env).location_id() == "node-exec-2"
+
+
+def test_executor_without_the_downward_api_finds_its_node_through_its_pod(api: ApiStub) -> None:
+    api.add_pod("clicks-exec-3", "node-exec-3")
+    api.add_node("node-exec-3", {"topology.kubernetes.io/zone": "z3"})
+    env = _executor_env(api, HOSTNAME="clicks-exec-3-truncated")  # Spark's hostname differs
+    assert _executor(env).location_id() == "z3/node-exec-3"
+    assert api.paths() == [
+        f"/api/v1/namespaces/{NAMESPACE}/pods/clicks-exec-3",
+        "/api/v1/nodes/node-exec-3",
+    ]
+
+
+def test_executor_zone_lookup_off_needs_no_api(api: ApiStub) -> None:
+    env = _executor_env(api, AFFINITY_NODE_NAME="node-exec-4", AFFINITY_ZONE_LOOKUP="off")
+    assert _executor(env).location_id() == "node-exec-4"
+    assert api.requests == []
+
+
+def test_executor_rbac_denied_is_a_clear_error_not_the_pod_address(api: ApiStub) -> None:
+    api.deny("/api/v1/nodes/node-exec-5")
+    env = _executor_env(api, AFFINITY_NODE_NAME="node-exec-5", AFFINITY_ZONE_LOOKUP="api")
+    with pytest.raises(LocationError) as info:
+        _executor(env).location_id()
+    message = str(info.value)
+    assert message.startswith("this Spark executor's Kubernetes node: cannot read node node-exec-5")
+    assert "access denied (403)" in message and "RBAC 'get' on nodes" in message
+    assert "AFFINITY_ZONE_LOOKUP=off" in message  # the way out without RBAC
+    assert "10.42.7.19" not in message
+
+
+def test_executor_api_down_is_a_clear_error_not_the_pod_address(api: ApiStub) -> None:
+    env = _executor_env(api, AFFINITY_NODE_NAME="node-exec-6", AFFINITY_ZONE_LOOKUP="api")
+    api.stop()  # the API server is down: its port refuses connections
+    with pytest.raises(LocationError) as info:
+        _executor(env).location_id()
+    message = str(info.value)
+    assert "cannot read node node-exec-6 from the Kubernetes API at https://127.0.0.1:" in message
+    assert "request failed" in message
+    # Not remembered: the next task asks again (and succeeds once the API is back).
+    with pytest.raises(LocationError):
+        _executor(env).location_id()
+
+
+def test_executor_zone_lookup_api_without_a_token_is_a_clear_error(
+    api: ApiStub, tmp_path: Path
+) -> None:
+    env = _executor_env(
+        api,
+        AFFINITY_NODE_NAME="node-exec-7",
+        AFFINITY_ZONE_LOOKUP="api",
+        AFFINITY_SERVICE_ACCOUNT_DIR=str(tmp_path / "no-token-mounted"),
+    )
+    with pytest.raises(LocationError) as info:
+        _executor(env).location_id()
+    message = str(info.value)
+    assert "cannot read the zone of node node-exec-7" in message
+    assert "AFFINITY_ZONE_LOOKUP=api" in message and "token" in message
+    assert api.requests == []
+    # Unset (a processor's default), the same environment gives the node alone.
+    del env["AFFINITY_ZONE_LOOKUP"]
+    assert _executor(env).location_id() == "node-exec-7"
+
+
+def test_executor_bad_zone_lookup_value_is_named(api: ApiStub) -> None:
+    env = _executor_env(api, AFFINITY_NODE_NAME="n8", AFFINITY_ZONE_LOOKUP="label")
+    with pytest.raises(
+        LocationError, match="AFFINITY_ZONE_LOOKUP='label': must be one of api, off"
+    ):
+        _executor(env).location_id()
+
+
+def test_affinity_location_id_still_wins_and_outside_kubernetes_the_host_answers(
+    api: ApiStub,
+) -> None:
+    env = _executor_env(api, AFFINITY_NODE_NAME="n9", AFFINITY_LOCATION_ID="zone-x/rack-1/n9")
+    assert _executor(env).location_id() == "zone-x/rack-1/n9"
+    assert not on_kubernetes({"SPARK_LOCAL_IP": "127.0.0.2"})
+    standalone = SparkExecutorLocationIdProvider(
+        environ={"SPARK_LOCAL_IP": "127.0.0.2"}, proc=Path("/nonexistent")
+    )
+    assert standalone.location_id() == "127.0.0.2"
+    assert api.requests == []

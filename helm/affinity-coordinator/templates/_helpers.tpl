@@ -147,3 +147,22 @@ Checks the schema cannot express; each failure names the value to fix.
 {{- fail "podDisruptionBudget: set either minAvailable or maxUnavailable, not both (set the other to null)" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Spark job's names (spark.*): its pods' labels, and the driver's and executors' accounts.
+*/}}
+{{- define "affinity.sparkPodLabels" -}}
+{{- if .Values.spark.podLabels }}
+{{- toYaml .Values.spark.podLabels }}
+{{- else }}
+affinity-spark-job: {{ include "affinity.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{- define "affinity.sparkDriverServiceAccountName" -}}
+{{- default (printf "%s-spark-driver" (include "affinity.fullname" .)) .Values.spark.driver.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "affinity.sparkExecutorServiceAccountName" -}}
+{{- default (printf "%s-spark-executor" (include "affinity.fullname" .)) .Values.spark.executor.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
