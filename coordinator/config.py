@@ -60,6 +60,7 @@ from coordinator.config_file import (
 )
 from metadata.model import StreamInput
 from metadata.zk.client import check_hosts, split_auth
+from metadata.zk.layout import root_problem
 from metadata.zk.store import MAX_TASKS
 
 __all__ = [
@@ -116,9 +117,10 @@ class ZooKeeperSection(_Section):
 
     @field_validator("root")
     @classmethod
-    def _root_is_absolute(cls, value: str) -> str:
-        if not value.startswith("/") or (len(value) > 1 and value.endswith("/")):
-            raise ValueError("must be an absolute path without a trailing slash, like /affinity")
+    def _root_is_a_usable_path(cls, value: str) -> str:
+        problem = root_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("auth")

@@ -886,6 +886,9 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("job-id-number", {"config": {"job": {"id": 1}}}, "config.job.id"),
     ("job-name-bad", {"config": {"job": {"name": "my job"}}}, "config.job.name"),
     ("zk-root-relative", {"config": {"zookeeper": {"root": "affinity"}}}, "root"),
+    ("zk-root-reserved", {"config": {"zookeeper": {"root": "/zookeeper"}}}, "root"),
+    ("zk-root-under-reserved", {"config": {"zookeeper": {"root": "/zookeeper/a"}}}, "root"),
+    ("zk-root-empty-segment", {"config": {"zookeeper": {"root": "/a//b"}}}, "root"),
     (
         "session-timeout-too-long",
         {"config": {"zookeeper": {"session_timeout_ms": 600001}}},

@@ -162,6 +162,8 @@ def test_health_ready_and_metrics(
         ("coordinator: {debounce_ms: -5}\n", "coordinator.debounce_ms"),
         ("coordinator: {debounce_ms: true}\n", "coordinator.debounce_ms"),
         ("zookeeper: {session_timeout_ms: ten}\n", "zookeeper.session_timeout_ms"),
+        ("zookeeper: {root: /zookeeper}\n", "zookeeper.root: Value error, /zookeeper is"),
+        ("zookeeper: {root: /zookeeper/jobs}\n", "zookeeper.root: Value error, /zookeeper is"),
     ],
 )
 def test_a_bad_config_exits_2_naming_the_key(tmp_path: Path, extra: str, key: str) -> None:
