@@ -71,6 +71,7 @@ __all__ = [
     "MAX_YAML_NODES",
     "ConfigError",
     "JobConfig",
+    "environment_name",
     "load_config",
 ]
 
@@ -359,3 +360,16 @@ def load_config(
         raise ConfigError(scrub(message, secrets)) from None
     finally:
         _SOURCES.reset(token)
+
+
+def environment_name(
+    section: str, key: str, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The environment variable that sets ``section.key`` (the environment wins over the file:
+    a short name of :data:`ENV_ALIASES` first, then ``AFFINITY_<SECTION>__<KEY>``), or None."""
+    env = {k.upper(): v for k, v in (os.environ if environ is None else environ).items()}
+    for name, target in ENV_ALIASES.items():
+        if target == (section, key) and name in env:
+            return name
+    nested = f"AFFINITY_{section}__{key}".upper()
+    return nested if nested in env else None
