@@ -171,7 +171,9 @@ class CoordinatorSection(_Section):
     # While the model in force is not the grouper's final answer (warm-up replicas catching up,
     # moves held back by max_moves_per_rebalance), rebalance again this often (0: never).
     probing_rebalance_interval_ms: Int = Field(default=600000, ge=0, le=PROBING_MAX_MS)
-    http_host: str = "0.0.0.0"
+    # Loopback unless set: on Kubernetes the chart sets 0.0.0.0 (the kubelet and Prometheus
+    # reach the pod's address).
+    http_host: str = Field(default="127.0.0.1", min_length=1)
     http_port: Int = Field(default=8080, ge=0, le=65535)
 
     @field_validator("probing_rebalance_interval_ms")
