@@ -178,6 +178,19 @@ class CoordinatorMetrics:
             "Grouper worker processes started (the first one, and after a kill or a crash)",
             registry=r,
         )
+        self.unreadable_recoveries = Counter(
+            "affinity_unreadable_model_recoveries",
+            "Leaderships that found the model in force or the version pointer unreadable and "
+            "republished, by what they fell back to (older model, fresh model)",
+            ["fallback"],
+            registry=r,
+        )
+        self.unreadable_model = Gauge(
+            "affinity_unreadable_model",
+            "1 from a leadership finding the model in force unreadable until it published a "
+            "version replacing it",
+            registry=r,
+        )
 
 
 class Heartbeat:

@@ -392,6 +392,7 @@ class CoordinatorService:
             base=action.base,  # who loses a task against it: the others may join at once
             losing=action.losing,
             gaining=action.gaining,  # the others keep their container: they read none
+            over_corrupt_pointer=action.repair,  # it replaces a model that could not be read
         )
         self.rebalances.published(action, time.perf_counter() - started)
         self._watch_barrier(version)
