@@ -151,3 +151,24 @@ def test_a_new_leader_falls_back_and_republishes(
         check=True,
     )
     assert f"v{published} model in force unreadable: " in shown.stdout
+
+    # What the leader read past is still there: affinity repair finds it and removes it.
+    def findings(*extra: str) -> list[dict[str, object]]:
+        done = subprocess.run(
+            [AFFINITY, "repair", "--config", str(job.config), "--json", *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        found: list[dict[str, object]] = json.loads(done.stdout)["findings"]
+        return found
+
+    left_behind = {"chunk": [2], "manifest": [2], "every chunk": [1, 2]}.get(what, [])
+    dry = findings()
+    assert sorted(f["version"] for f in dry) == left_behind  # type: ignore[type-var]
+    assert all(f["action"] == "remove" for f in dry)
+    assert all(f["removed"] for f in findings("--apply"))
+    assert findings() == []
+    assert job.store.job_models.latest_version() == published  # the job is untouched
+    assert job.settled()
