@@ -259,11 +259,8 @@ class LeaderMachine(LeaderTimers):
             actions += self._barrier(
                 BarrierUpdated(event.now, latest.version, event.latest_participants)
             )
-        if (
-            self.in_force is None
-            or set(self.in_force.containers) != set(self.processors)
-            or self.repair is not None
-        ):
+        in_force, repair = self.in_force, self.repair is not None
+        if repair or in_force is None or set(in_force.containers) != set(self.processors):
             self.dirty_since = self.last_change = event.now
         self._note_vanished(event.now)
         return actions + self._tick(event.now)
@@ -329,13 +326,7 @@ class LeaderMachine(LeaderTimers):
         candidate = JobModel(self.latest_version + 1, FrozenMap(containers), FrozenMap(self.config))
         in_force = self.in_force
         unchanged = in_force is not None and candidate.same_assignment(in_force)
-        owed = self.repair is not None  # a new version is owed, even an equal one
-        if (
-            unchanged
-            and in_force is not None
-            and self.latest_version == in_force.version
-            and not owed
-        ):
+        if unchanged and in_force is not None and not self._owed(in_force):
             # Still as the grouper wants it? Recheck the model in force against this question.
             recheck = self._recheck(in_force, metadata)
             return [RebalanceSkipped("the new assignment equals the model in force"), *recheck]
@@ -343,6 +334,11 @@ class LeaderMachine(LeaderTimers):
             assert in_force is not None
             return [ModelRefused(event.request, drop_all_reason(in_force, candidate))]
         return [self._publish(candidate, metadata, event.now, cause)]
+
+    def _owed(self, in_force: JobModel) -> bool:
+        """A new version is owed even if it equals ``in_force``: a newer version timed out since
+        (processors may have stopped tasks for it), or a repair is (leader_recovery)."""
+        return self.latest_version != in_force.version or self.repair is not None
 
     def _publish(
         self,
