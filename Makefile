@@ -8,13 +8,27 @@ PY     := $(VENV)/bin/python
 PKGS   := coordinator groupers metadata locality
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: test demo lint typecheck unit venv zookeeper helm chromium promtool bench clean
+.PHONY: test demo lint typecheck unit venv zookeeper kafka helm chromium promtool jar bench clean
 
-test: venv zookeeper helm chromium promtool lint typecheck
+test: venv zookeeper kafka helm chromium promtool jar lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
 
-demo: venv zookeeper
+demo: venv zookeeper kafka jar
 	$(VENV)/bin/affinity demo
+
+# affinity's Spark jar (locality/spark/java: the pinned shuffle's PinnedRDD, the key hash),
+# compiled with javac against the installed pyspark's jars into ~/.cache/affinity; no binary
+# is committed. Rebuilt only when the sources or the Spark version change.
+jar: venv
+	@$(PY) -m locality.spark.jvm >/dev/null
+
+# Maven Central's jars of a Kafka broker (KRaft) and of Spark's Kafka connector, copied by mvn
+# (poms in locality/spark/maven/, Debian's maven package installed when missing) into
+# ~/.cache/affinity (see `jar`); no binary is committed. The first fetch takes about 10-20 s;
+# once cached, a stat.
+kafka: venv
+	$(call apt_install,mvn,maven,Kafka broker's and Spark connector's jars)
+	@$(PY) -m locality.spark.maven kafka-broker spark-sql-kafka >/dev/null
 
 venv: $(VENV)/.installed
 

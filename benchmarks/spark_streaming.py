@@ -27,7 +27,12 @@ reference.
 Pinning overhead: a no-op stage of 100 and 1,000 tasks through ``run_pinned``, pinned (tasks
 spread over the executors) and unpinned (the same stage, no placement), median of a few runs.
 
-Usage: ``python benchmarks/spark_streaming.py [--quick] [--doc PATH] [--no-write] [--json]``.
+Throughput (``--throughput``, :mod:`benchmarks._throughput_report`): the same function both
+ways (and the former driver path) at 100k, 1M and 4M rows a batch, seconds per batch, rows/s and
+the peak RSS of the driver (Python and JVM) and the executors; its own section of the doc.
+
+Usage: ``python benchmarks/spark_streaming.py [--quick] [--throughput] [--doc PATH] [--no-write]
+[--json]``.
 """
 
 from __future__ import annotations
@@ -249,11 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to write")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
+    parser.add_argument("--throughput", action="store_true", help="rows/s at large batches")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     for name in ("kazoo", "py4j", "affinity", "metadata", "locality"):
         logging.getLogger(name).setLevel(logging.ERROR)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    if args.throughput:
+        return throughput(args)
     with tempfile.TemporaryDirectory(prefix="spark-streaming-") as tmp:
         workdir = Path(tmp)
         source = RaceInput(workdir / "input", users=sizes.users, rows=sizes.rows, pad=sizes.pad)
@@ -276,6 +284,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
     return 0 if result["outputs_equal_reference"] and result["target_met"] else 1
+
+
+def throughput(args: argparse.Namespace) -> int:
+    """``--throughput``: the runs of :mod:`benchmarks._throughput_report`, printed and written."""
+    from benchmarks import _throughput_report as report
+
+    sizes = report.QUICK_SIZES if args.quick else report.FULL_SIZES
+    steady = 2 if args.quick else 3
+    results = report.measure(sizes, steady, note)
+    text = report.markdown(results, sizes, steady)
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console(stderr=False).print(Markdown(text))
+    if not args.no_write:
+        write_section("spark_streaming_throughput", text, doc=args.doc)
+    if args.json:
+        print(json.dumps([r.__dict__ for r in results]))
+    return 0 if report.goals(results, sizes).get("outputs equal between the ways") else 1
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@
 - ``leader``: a coordinator replica (election, fencing, the grouper run, publishes, barriers);
 - ``member``: processors following the job models (one processor, or a Spark driver's
   executors), executor registration;
+- ``streaming``: ``stateful_foreach_batch``, the Structured Streaming runtime (a Spark driver
+  member, optionally embedding a coordinator replica);
 - ``cli``: the ``affinity`` command; ``demo``: ``affinity demo`` and the ZooKeeper launcher;
 - ``config`` (the job config) and ``observability`` (logging, metrics, health endpoints).
 
 The top layer: may import ``metadata``, ``groupers`` and ``locality``; nothing imports it.
-Inside, roles point one way: cli > demo > leader | member > protocol (import-linter).
+Inside, roles point one way: cli > demo > streaming > leader | member > protocol (import-linter).
 """

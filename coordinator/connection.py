@@ -1,6 +1,6 @@
 """A job's ZooKeeper client and metadata store, built from its configuration (hosts, session
-timeout, credentials, TLS, job folder, run id, retention): the one place every role connects
-(the CLI's commands, the Spark driver's streaming runtime)."""
+timeout, credentials, TLS, job folder, run id, retention, log level): the one place every role
+connects (the CLI's commands, the Spark driver's streaming runtime)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from coordinator.config import JobConfig
+from coordinator.observability import job_logger
 from metadata.zk import ZkMetadataStore, connect
 
 __all__ = ["client_from_config", "store_from_config"]
@@ -27,6 +28,7 @@ def client_from_config(config: JobConfig) -> KazooClient:
         certfile=zk.certfile,
         keyfile=zk.keyfile,
         verify_certs=zk.verify_certs,
+        log=job_logger("metadata.zk", config.logging.level),
     )
 
 
@@ -38,5 +40,6 @@ def store_from_config(config: JobConfig, client: KazooClient, **options: Any) ->
         run_id=config.job.run_id,
         auth=config.zookeeper.auth,
         retention=config.coordinator.retention,
+        log=job_logger("metadata.zk", config.logging.level),
         **options,
     )

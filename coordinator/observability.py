@@ -2,6 +2,8 @@
 
 - :func:`configure_logging`: structlog, JSON lines when stdout is not a terminal (pods), readable
   key=value lines on a terminal. Callers bind ``job``, ``version`` and ``processor``.
+- :func:`job_logger`: a logger that follows a job config's ``logging.level`` whatever the
+  process-wide configuration (a Spark driver embedding a coordinator configures nothing).
 - :class:`CoordinatorMetrics`: the Prometheus metrics (names in ``docs/operations.md``), on a
   registry of their own so several replicas can live in one test process.
 - :class:`~coordinator.http_server.HealthServer` (re-exported here): ``/healthz`` (the main loop
@@ -33,6 +35,7 @@ __all__ = [
     "HttpResponse",
     "Route",
     "configure_logging",
+    "job_logger",
 ]
 
 from coordinator.http_server import HealthServer, HttpRequest, HttpResponse, Route
@@ -74,6 +77,19 @@ def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
         cache_logger_on_first_use=False,
+    )
+
+
+def job_logger(name: str, level: str) -> Any:
+    """A structlog logger named ``name`` that drops every event below ``level`` (a job config's
+    ``logging.level``), whatever level structlog is configured with for the process: a library
+    embedded in a user's process (the streaming handler, the coordinator it embeds, their
+    ZooKeeper store) logs as its job config says. Processors and output stay the process's."""
+    numeric = getattr(logging, level.upper(), logging.INFO)
+    return structlog.wrap_logger(
+        None,
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory_args=(name,),
     )
 
 

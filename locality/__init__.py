@@ -5,7 +5,8 @@
 - :mod:`locality.providers`: the ``host`` and ``env`` providers and ``get_location_provider``;
 - :mod:`locality.kubernetes`: the ``kubernetes`` provider (``zone/node``);
 - :mod:`locality.pod_template`: Kubernetes executor pod templates with node affinity;
-- :mod:`locality.spark`: Spark executors, pinned stages and the executor-side provider.
+- :mod:`locality.spark`: Spark executors, pinned stages and the executor-side provider, and a
+  task's Kafka partition (:mod:`locality.spark.kafka`).
 
 May import ``metadata.model`` only; never ``groupers`` or ``coordinator``.
 """

@@ -13,6 +13,14 @@
 - ``zk_lagging_ensemble``: a 3-server ensemble whose server 2 reaches the others through
   pausable links (``partition()`` / ``heal()``: a lagging follower), ``syncLimit`` 10 s, for
   the session. Tests heal it before they end.
+
+Kafka: one real broker per test session (``coordinator.demo.kafka.KafkaBroker``, KRaft, jars
+from Maven Central by ``make kafka``).
+
+- ``kafka_broker``: the session's broker, running. A test may kill, stop or restart it (it
+  keeps its data); the fixture starts it again after the test if it is down.
+- ``kafka_topic``: ``kafka_topic(partitions, config=None)`` creates a topic no other test uses and
+  returns its name.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.demo.ensemble import ZooKeeperEnsemble
+from coordinator.demo.kafka import KafkaBroker
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from metadata.zk import ZkMetadataStore, connect
 
@@ -118,3 +127,37 @@ def zk_lagging_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zo
         yield ensemble
     finally:
         ensemble.stop()
+
+
+@pytest.fixture(scope="session")
+def _kafka_session_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def kafka_broker(_kafka_session_broker: KafkaBroker) -> Iterator[KafkaBroker]:
+    broker = _kafka_session_broker
+    if not broker.running:
+        broker.start()
+    yield broker
+    if not broker.running:  # put back what the test broke
+        broker.start()
+
+
+@pytest.fixture
+def kafka_topic(kafka_broker: KafkaBroker, request: pytest.FixtureRequest) -> Callable[..., str]:
+    made: list[str] = []
+
+    def create(partitions: int, config: dict[str, str] | None = None) -> str:
+        base = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:60]
+        name = f"{base}-{len(made)}-{uuid.uuid4().hex[:6]}"
+        kafka_broker.create_topic(name, partitions, config=config)
+        made.append(name)
+        return name
+
+    return create

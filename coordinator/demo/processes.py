@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterable
 __all__ = [
     "ProcessExited",
     "free_port",
+    "group_alive",
     "kill_process",
     "port_open",
     "signal_group",
+    "stop_group",
     "stop_processes",
     "wait_until",
 ]
@@ -108,3 +110,24 @@ def kill_process(process: subprocess.Popen[bytes] | None, *, group: bool = False
         return
     _signal(process, signal.SIGKILL, group)
     process.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    """Some process of group ``pgid`` still runs."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(pgid: int, timeout_s: float = 10.0) -> None:
+    """SIGTERM process group ``pgid`` (a daemon started in a session of its own, not a child of
+    this process), wait up to ``timeout_s`` for it to end, then SIGKILL what is left."""
+    signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    signal_group(pgid, signal.SIGKILL)

@@ -86,6 +86,8 @@ def race_config(zk_hosts: str, workdir: Path, tasks: int, name: str = "race") ->
                 "checkpoint_dir": str(workdir / "affinity" / "durable"),
                 "local_dir": str(workdir / "affinity" / "local"),
             },
+            # the demo's output is its table: the embedded coordinator logs errors only
+            "logging": {"level": "error"},
         },
         environ={},
     )
@@ -147,6 +149,8 @@ class RaceBatch:
     rows_out: int
     tasks: int  # tasks (stores) that had a state to find
     warm: int  # of those, the ones whose state was where they ran: nothing loaded
+    rows_in: int = 0  # the batch's input rows (affinity's count)
+    driver_rows: int = 0  # the batch's rows through the driver (affinity: 0)
 
     @property
     def warm_ratio(self) -> float:
@@ -267,7 +271,7 @@ class AffinityWay:
         self.versions: set[int] = set()  # job-model versions the batches ran under
 
     def start(self, session: Any) -> None:
-        from locality.spark import stateful_foreach_batch
+        from coordinator.streaming import stateful_foreach_batch
 
         self.session = session
         self.handler = stateful_foreach_batch(
@@ -310,6 +314,8 @@ class AffinityWay:
                 rows_out=r.rows_out,
                 tasks=r.tasks - r.new,  # tasks that had a state to find (new ones had none)
                 warm=r.warm,
+                rows_in=r.rows_in,
+                driver_rows=r.driver_rows,
             )
             for r in reports
         ]

@@ -32,6 +32,8 @@ class BatchFigures:
     cold: int
     bytes_restored: int
     seconds: float = 0.0
+    rows_in: int = 0
+    driver_rows: int = 0
 
     @property
     def warm_ratio(self) -> float | None:
@@ -65,6 +67,8 @@ class DemoResult:
             "bytes_restored": sum(b.bytes_restored for b in rows),
             "warm": warm,
             "cold": cold,
+            "rows_in": sum(b.rows_in for b in rows),
+            "driver_rows": sum(b.driver_rows for b in rows),
         }
 
     def figures(self) -> dict[str, Any]:
@@ -79,6 +83,8 @@ class DemoResult:
                 "tasks_moved": self.tasks_moved,
                 "versions": len(self.versions),
                 "recovery_batch_s": self.recovery_batch_s("affinity"),
+                "rows_in": affinity["rows_in"],
+                "driver_rows": affinity["driver_rows"],
             },
             "spark_default": {
                 "warm_ratio": spark["warm_ratio"],
@@ -180,6 +186,9 @@ def _totals(result: DemoResult) -> Table:
         "slowest first batch after a failure",
         _seconds(figures["affinity"]["recovery_batch_s"]),
         _seconds(figures["spark_state_store"]["recovery_batch_s"]),
+    )
+    totals.add_row(
+        "batch rows through the driver", f"{a['driver_rows']:,} of {a['rows_in']:,}", "-"
     )
     totals.add_row("output == reference", correct, correct)
     return totals

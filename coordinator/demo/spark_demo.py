@@ -58,18 +58,12 @@ class DemoError(RuntimeError):
     """The demo could not run (missing package, a process that did not start, a timeout)."""
 
 
-def _pipeline() -> Any:
-    """The ``affinity_pipeline`` package (examples/pipeline), imported lazily."""
+def _pyspark() -> Any:
+    """The ``pyspark`` package, imported lazily."""
     try:
-        module = importlib.import_module("affinity_pipeline")
-        importlib.import_module("affinity_pipeline.cluster")
+        return importlib.import_module("pyspark")
     except ImportError as exc:
-        raise DemoError(
-            "affinity demo needs the reference pipeline and PySpark: "
-            "pip install -e '.[spark]' -e examples/pipeline"
-            f" ({exc})"
-        ) from None
-    return module
+        raise DemoError(f"affinity demo needs PySpark: pip install -e '.[spark]' ({exc})") from None
 
 
 def _stop_driver_jvms(timeout_s: float = 5.0) -> None:
@@ -102,7 +96,7 @@ class Demo:
     """The streaming race (:class:`StreamingRace`) with the demo's phases and figures."""
 
     def __init__(self, workdir: Path, batches: int, progress: Progress) -> None:
-        _pipeline()
+        _pyspark()
         self.batches = batches
         self.progress = progress
         self.race = StreamingRace(
@@ -152,7 +146,14 @@ class Demo:
             for b in done[way]:
                 self.result.batches[name].append(
                     BatchFigures(
-                        b.batch, label, b.warm, b.tasks - b.warm, b.bytes_loaded, b.seconds
+                        b.batch,
+                        label,
+                        b.warm,
+                        b.tasks - b.warm,
+                        b.bytes_loaded,
+                        b.seconds,
+                        b.rows_in,
+                        b.driver_rows,
                     )
                 )
         a = self.result.batches["affinity"][-1]

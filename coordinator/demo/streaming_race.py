@@ -21,7 +21,6 @@ Every process it started is stopped by :meth:`StreamingRace.stop`.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import re
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coordinator.demo.cluster import StandaloneCluster, spark_session
 from coordinator.demo.race_ways import (
     HOSTS,
     LOCALITY_WAIT,
@@ -49,11 +49,6 @@ __all__ = ["RaceBatch", "RaceInput", "RaceLog", "StreamingRace"]
 STORE_LOADED = re.compile(
     r"partitionId=(\d+), storeName=default \], queryRunId=[0-9a-f-]+ \]: Loaded"
 )
-
-
-def _cluster_module() -> Any:
-    """``affinity_pipeline.cluster`` (examples/pipeline: the standalone cluster), lazily."""
-    return importlib.import_module("affinity_pipeline.cluster")
 
 
 @dataclass
@@ -81,9 +76,7 @@ class StreamingRace:
         self.workdir, self.source, self.tasks, self.note = workdir, source, tasks, note
         self.executor_memory = executor_memory
         self.zookeeper = EmbeddedZooKeeper(workdir / "zookeeper")
-        self.cluster = _cluster_module().StandaloneCluster(
-            workdir / "spark", HOSTS, worker_memory="1g"
-        )
+        self.cluster = StandaloneCluster(workdir / "spark", HOSTS, worker_memory="1g")
         self.session: Any = None
         self.log = RaceLog()
         self.next_batch = 0
@@ -106,7 +99,6 @@ class StreamingRace:
         self._start_application()
 
     def _start_application(self) -> None:
-        spark_session = _cluster_module().spark_session
         self.note("starting the application and its executors ...")
         self.session = spark_session(
             self.cluster.master_url,

@@ -105,8 +105,10 @@ class EmbeddedZooKeeper:
         heap_mb: int = 256,
         tls: bool = False,
         startup_timeout_s: float = 30.0,
+        detach: bool = False,
     ) -> None:
         self.workdir = Path(workdir)
+        self.detach = detach  # a session of its own: outlives this process (affinity dev up)
         self.data_dir = self.workdir / "data"
         self.port = port or free_port()
         self.secure_port = free_port() if tls else None
@@ -209,7 +211,11 @@ class EmbeddedZooKeeper:
             with self.log_path.open("ab") as log:
                 try:
                     self._process = subprocess.Popen(
-                        command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                        command,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=self.detach,
                     )
                 except FileNotFoundError as exc:
                     raise ZooKeeperUnavailable(f"cannot start java: {exc}") from None

@@ -33,12 +33,21 @@ published. :class:`GrouperWorker` therefore runs it in a separate process:
 
 The answer comes back as the grouper returned it (pickled); checking it is the leader machine's
 job (:func:`coordinator.protocol.leader_policy.check_answer`).
+
+The worker does not import the parent's ``__main__``: multiprocessing's ``forkserver`` (and
+``spawn``) children run the main script again as ``__mp_main__`` before their target, which in a
+Spark driver embedding a coordinator (``stateful_foreach_batch``) re-ran a user's whole script
+(a second SparkSession, a second query) when it had no ``if __name__ == "__main__":`` guard, and
+failed outright for ``python -`` (``<stdin>``). The target lives in this module, so the worker
+needs nothing from ``__main__``; only a grouper *instance* whose class is defined there does, and
+then the main script is imported as before (:func:`_preparation_data`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.spawn
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -59,6 +68,25 @@ from metadata.bulk import collector_paused
 from metadata.model import TaskModel
 
 __all__ = ["GrouperOutcome", "GrouperWorker", "LoadFailure"]
+
+#: Worker processes whose name starts so are started without the parent's ``__main__``.
+NO_MAIN_PREFIX = "affinity-grouper-"
+_get_preparation_data = multiprocessing.spawn.get_preparation_data
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    """multiprocessing's preparation data for a new process, without the instruction to import
+    the parent's ``__main__`` for our grouper workers (module docstring). Every other process
+    gets the data unchanged."""
+    data: dict[str, Any] = _get_preparation_data(name)
+    if name.startswith(NO_MAIN_PREFIX):
+        data.pop("init_main_from_name", None)
+        data.pop("init_main_from_path", None)
+    return data
+
+
+# Looked up at each process start by multiprocessing's forkserver and spawn launchers.
+multiprocessing.spawn.get_preparation_data = _preparation_data
 
 #: How long a new worker may take to start and load its grouper (not counted in the limit).
 START_TIMEOUT_S = 60.0
@@ -94,6 +122,14 @@ def _load_failure(name: str, options: Mapping[str, Any], exc: BaseException) -> 
     if isinstance(exc, GrouperError):  # its message names the grouper already
         return LoadFailure(str(exc), argument)
     return LoadFailure(f"loading grouper {name!r}: {_describe(exc)}", argument)
+
+
+def _process_name(name: str, instance: object) -> str:
+    """``affinity-grouper-<name>`` (started without ``__main__``), or ``grouper-<name>`` when the
+    grouper instance's class lives in ``__main__`` (the worker must import it to unpickle it)."""
+    if instance is not None and type(instance).__module__ in ("__main__", "__mp_main__"):
+        return f"grouper-{name}"
+    return f"{NO_MAIN_PREFIX}{name}"
 
 
 def _serve(conn: Connection, name: str, options: Mapping[str, Any], instance: object) -> None:
@@ -172,7 +208,7 @@ class GrouperWorker:
         process = self._context.Process(
             target=_serve,
             args=(child, self.name, self.options, self.instance),
-            name=f"grouper-{self.name}",
+            name=_process_name(self.name, self.instance),
             daemon=True,
         )
         process.start()

@@ -129,10 +129,12 @@ def _in_force(
     return None
 
 
-def read_job_state(store: ZkMetadataStore, now: float, log: Any) -> LeadershipGained:
+def read_job_state(
+    store: ZkMetadataStore, now: float, log: Any, tasks: frozenset[str] | None = None
+) -> LeadershipGained:
     """Processors, locality, the latest model and its barrier, and the model in force, past
-    corrupt data (module docstring). It syncs first: the state as the ZooKeeper leader has
-    it, not a lagging follower's (SAMZA-2301)."""
+    corrupt data (module docstring), with the job's task names (``tasks``). It syncs first: the
+    state as the ZooKeeper leader has it, not a lagging follower's (SAMZA-2301)."""
     store.sync()
     processors, capacity = store.processors.members()
     locality = _locality(store, log)
@@ -140,7 +142,7 @@ def read_job_state(store: ZkMetadataStore, now: float, log: Any) -> LeadershipGa
     pointer, floor = _pointer(store, found, log)
     if pointer is None and floor == 0:
         return LeadershipGained(
-            now, processors, locality, capacity=capacity, unreadable=tuple(found)
+            now, processors, locality, capacity=capacity, tasks=tasks, unreadable=tuple(found)
         )
     latest = None if pointer is None else _latest(store, pointer, found, log)
     states = _barrier_states(store, floor, log)
@@ -156,6 +158,7 @@ def read_job_state(store: ZkMetadataStore, now: float, log: Any) -> LeadershipGa
         ),
         in_force=in_force,
         capacity=capacity,
+        tasks=tasks,
         unreadable=tuple(found),
         version_floor=floor,
         abandoned=tuple(

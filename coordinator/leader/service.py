@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 from tenacity import RetryCallState
@@ -55,7 +54,7 @@ from coordinator.leader.rebalances import RebalanceRecorder
 from coordinator.leader.recheck import BackgroundRecheck
 from coordinator.leader.reporting import report, report_barrier, report_published
 from coordinator.leader.settings import job_tasks, settings_from_config
-from coordinator.observability import CoordinatorMetrics, Heartbeat
+from coordinator.observability import CoordinatorMetrics, Heartbeat, job_logger
 from coordinator.protocol.leader import LeaderMachine
 from coordinator.protocol.leader_events import (
     Action,
@@ -137,7 +136,7 @@ class CoordinatorService:
         self.clock = clock
         self.heartbeat = Heartbeat()
         self.tasks = job_tasks(config)
-        self.log = structlog.get_logger("affinity.coordinator").bind(
+        self.log = job_logger("affinity.coordinator", config.logging.level).bind(
             job=f"{config.job.name}-{config.job.id}", replica=self.identifier
         )
         self._events: queue.Queue[Event | _ProcessorsChanged | _SessionLost] = queue.Queue()
@@ -296,7 +295,8 @@ class CoordinatorService:
     def _gain(self, log: Any) -> LeadershipGained:
         """Read the job's state and start watching it; a failure here is ``LeadershipFailed``."""
         try:
-            gained = read_job_state(self.store, self.clock(), log)
+            names = frozenset(t.name for t in self.tasks)
+            gained = read_job_state(self.store, self.clock(), log, names)
         except (MetadataError, KazooException) as exc:
             raise failed("reading_state", exc) from exc
         self._failing = None

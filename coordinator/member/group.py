@@ -128,6 +128,7 @@ class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
         on_start_standby: OnTasks | None = None,
         on_stop_standby: OnTasks | None = None,
         fence_after_s: float | None = None,
+        log: Any = None,  # a structlog logger (default: affinity.member)
     ) -> None:
         self.client = client
         self.store = store
@@ -135,7 +136,9 @@ class MemberGroup(FollowActions, RegistrationActions, StandbyActions):
         self.on_stop = on_stop
         self.on_start_standby = on_start_standby
         self.on_stop_standby = on_stop_standby
-        self.log = structlog.get_logger("affinity.member").bind(job=job)
+        self.log = (log if log is not None else structlog.get_logger("affinity.member")).bind(
+            job=job
+        )
         self.standby_lag = StandbyLagReports(store, self.log)
         self._register = register or self._register_in_store
         self._unregister = unregister or store.processors.unregister

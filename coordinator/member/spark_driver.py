@@ -76,6 +76,7 @@ class SparkDriverMember:
         prefix: str | None = None,
         location_of: Callable[[SparkExecutor], str] = executor_host_location,
         extra: Mapping[str, Any] | None = None,
+        log: Any = None,  # the member group's structlog logger (default: affinity.member)
     ) -> None:
         self._changed = threading.Condition()
         self.group = MemberGroup(
@@ -84,6 +85,7 @@ class SparkDriverMember:
             on_start=self._tasks_changed,
             on_stop=self._tasks_changed,
             job=job,
+            log=log,
         )
         capacity = {"capacity": executor_cores(sc)}  # balance by capacity (DESIGN.md)
         self.registrar = ExecutorRegistrar.for_context(

@@ -112,7 +112,7 @@ from coordinator.protocol.leader_policy import (
 from coordinator.protocol.leader_recovery import Repair, repair_for
 from coordinator.protocol.leader_timers import LeaderTimers
 from coordinator.protocol.leader_trigger import RebalanceCause, rebalance_cause
-from coordinator.protocol.rules import retention_floor
+from coordinator.protocol.rules import retention_floor, tasks_match
 from groupers import GrouperMetadata
 from metadata.model import BarrierState, FrozenMap, JobModel, TaskModel
 
@@ -260,7 +260,12 @@ class LeaderMachine(LeaderTimers):
                 BarrierUpdated(event.now, latest.version, event.latest_participants)
             )
         in_force, repair = self.in_force, self.repair is not None
-        if repair or in_force is None or set(in_force.containers) != set(self.processors):
+        if (
+            repair
+            or in_force is None
+            or set(in_force.containers) != set(self.processors)
+            or not tasks_match(in_force, event.tasks)
+        ):
             self.dirty_since = self.last_change = event.now
         self._note_vanished(event.now)
         return actions + self._tick(event.now)

@@ -89,6 +89,9 @@ class LeadershipGained:
     latest_participants: frozenset[str] = frozenset()
     in_force: JobModel | None = None
     capacity: Mapping[str, int] = field(default_factory=dict)  # live processor id -> capacity
+    # The job's task names now (None: not known). A model in force over other tasks (a Kafka
+    # partition added, an input changed) is replaced, as a membership change would be.
+    tasks: frozenset[str] | None = None
     unreadable: tuple[Unreadable, ...] = ()
     version_floor: int = 0
     abandoned: tuple[int, ...] = ()

@@ -19,6 +19,7 @@ from collections.abc import Collection, Mapping
 from metadata.model import BarrierState, JobModel, TaskModel
 
 __all__ = [
+    "tasks_match",
     "IN_FORCE_SCAN",
     "container_unchanged",
     "gaining_processors",
@@ -92,6 +93,13 @@ def keeps_everything(
     """The early-join rule: a member running ``running_version`` keeps every task it runs in a
     model planned against ``base`` when it runs exactly ``base`` and is not among ``losing``."""
     return base is not None and running_version == base and processor_id not in losing
+
+
+def tasks_match(model: JobModel, tasks: frozenset[str] | None) -> bool:
+    """Whether ``model`` assigns exactly the job's ``tasks`` (None: not known, so yes)."""
+    if tasks is None:
+        return True
+    return {t for c in model.containers.values() for t in c.tasks} == tasks
 
 
 def model_in_force(barriers: Mapping[int, BarrierState | None]) -> int | None:

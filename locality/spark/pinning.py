@@ -33,7 +33,18 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.rdd import RDD
 
-__all__ = ["LOCALITY_WAIT_KEYS", "PinnedRun", "PinnedTask", "pinned_rdd", "run_pinned"]
+__all__ = [
+    "LOCALITY_WAIT_KEYS",
+    "LocalityWait",
+    "PinnedRun",
+    "PinnedTask",
+    "RanRow",
+    "job_description",
+    "pinned_rdd",
+    "pinned_run",
+    "resolve_locations",
+    "run_pinned",
+]
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -43,8 +54,8 @@ log = logging.getLogger(__name__)
 #: The configuration keys :func:`run_pinned` sets from its ``locality_wait`` argument.
 LOCALITY_WAIT_KEYS = ("spark.locality.wait.process", "spark.locality.wait.node")
 
-#: One row a pinned partition yields: task, result, executor id, host, attempt, seconds.
-_Row = tuple[str, Any, str | None, str | None, int, float]
+#: Where one pinned task ran: task, result, executor id, host, attempt, seconds.
+RanRow = tuple[str, Any, str | None, str | None, int, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +127,12 @@ def _decode(text: str) -> Any:
     return pickle.loads(base64.b64decode(text))
 
 
-def _resolve(
+def resolve_locations(
     placement: Mapping[str, str], tasks: Iterable[str], executors: Sequence[SparkExecutor]
 ) -> tuple[dict[str, list[str]], list[str]]:
-    """Task -> preferred-location strings, and the tasks whose placement names nothing live."""
+    """Task -> preferred-location strings (``executor_<host>_<id>`` for an executor id, the host
+    for a host, none for a task the placement leaves out), and the tasks whose placement names
+    no live executor or host (no preference either)."""
     by_id = {e.executor_id: e for e in executors}
     hosts = {e.host for e in executors}
     locations: dict[str, list[str]] = {}
@@ -158,7 +171,7 @@ def pinned_rdd(
 
     live = SparkExecutors(sc).list() if executors is None else list(executors)
     tasks = sorted(items_by_task)
-    locations, unplaceable = _resolve(placement, tasks, live)
+    locations, unplaceable = resolve_locations(placement, tasks, live)
     jvm = sc._jvm
     assert jvm is not None, "SparkContext is stopped"
     elements = [
@@ -177,7 +190,7 @@ class _PartitionRunner:
     def __init__(self, fn: Callable[[str, Any], Any]) -> None:
         self.fn = fn
 
-    def __call__(self, items: Iterator[tuple[str, Any]]) -> Iterator[_Row]:
+    def __call__(self, items: Iterator[tuple[str, Any]]) -> Iterator[RanRow]:
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -190,8 +203,9 @@ class _PartitionRunner:
             yield task, result, executor_id, host, attempt, time.perf_counter() - start
 
 
-class _LocalityWait:
-    """Sets the locality-wait keys on the live SparkConf, and restores them."""
+class LocalityWait:
+    """Sets the locality-wait keys on the live SparkConf for a job, and restores them (``with
+    LocalityWait(sc, "30s"): ...``; ``None`` leaves the configuration alone)."""
 
     def __init__(self, sc: SparkContext, wait: str | None) -> None:
         self._conf = sc._jsc.sc().conf()
@@ -214,7 +228,7 @@ class _LocalityWait:
 
 
 @contextlib.contextmanager
-def _job_description(sc: SparkContext, description: str | None) -> Iterator[None]:
+def job_description(sc: SparkContext, description: str | None) -> Iterator[None]:
     """Sets the Spark job description (when given), and restores the previous one."""
     previous = sc.getLocalProperty("spark.job.description")
     if description:
@@ -254,11 +268,23 @@ def run_pinned(
     start = time.perf_counter()
     live = SparkExecutors(sc).list() if executors is None else list(executors)
     rdd, unplaceable = pinned_rdd(sc, items_by_task, placement, executors=live)
-    with _job_description(sc, description), _LocalityWait(sc, locality_wait):
-        rows: list[_Row] = rdd.mapPartitions(_PartitionRunner(fn)).collect()
+    with job_description(sc, description), LocalityWait(sc, locality_wait):
+        rows: list[RanRow] = rdd.mapPartitions(_PartitionRunner(fn)).collect()
+    return pinned_run(rows, placement, live, unplaceable, time.perf_counter() - start)
+
+
+def pinned_run(
+    rows: Iterable[RanRow],
+    placement: Mapping[str, str],
+    live: Sequence[SparkExecutor],
+    unplaceable: Sequence[str],
+    seconds: float,
+) -> PinnedRun[Any]:
+    """The :class:`PinnedRun` of tasks that ran where ``rows`` say (one home for "ran where
+    placed", whatever ran them: :func:`run_pinned` or a pinned shuffle)."""
     tasks = _pinned_tasks(rows, placement, live)
     if unplaceable:
-        shown = unplaceable[:10]
+        shown = list(unplaceable)[:10]
         log.warning("placement names no live executor for %d task(s): %s", len(unplaceable), shown)
     placed = [t for t in tasks.values() if t.pinned is not None]
     return PinnedRun(
@@ -266,12 +292,12 @@ def run_pinned(
         total=len(placed),
         pinned_ok=sum(1 for t in placed if t.pinned),
         unplaceable=tuple(unplaceable),
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
     )
 
 
 def _pinned_tasks(
-    rows: Iterable[_Row], placement: Mapping[str, str], live: Sequence[SparkExecutor]
+    rows: Iterable[RanRow], placement: Mapping[str, str], live: Sequence[SparkExecutor]
 ) -> dict[str, PinnedTask[Any]]:
     """One :class:`PinnedTask` per row, with whether it ran where ``placement`` wanted it."""
     hosts_of = {e.executor_id: e.host for e in live}

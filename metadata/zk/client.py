@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
+from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
@@ -138,8 +139,10 @@ def connect(
     certfile: str | None = None,
     keyfile: str | None = None,
     verify_certs: bool = True,
+    log: Any = None,
 ) -> KazooClient:
-    """Build and start a KazooClient.
+    """Build and start a KazooClient (``log``: the structlog logger to use, by default
+    ``metadata.zk``).
 
     ``auth`` ("user:password") adds digest credentials and makes the digest ACL the client's
     default ACL; ``use_ssl``/``ca``/``certfile``/``keyfile``/``verify_certs`` pass through to
@@ -166,7 +169,8 @@ def connect(
         handler=PollingHandler(),  # one poll(2) per wait, not an epoll built and closed
     )
     lean_client(client)  # recv/send first, poll only on EAGAIN; callers write their requests
-    log = structlog.get_logger("metadata.zk").bind(hosts=hosts, use_ssl=use_ssl)
+    log = log if log is not None else structlog.get_logger("metadata.zk")
+    log = log.bind(hosts=hosts, use_ssl=use_ssl)
     try:
         client.start(timeout=connect_timeout_s)
     except KazooTimeoutError as exc:

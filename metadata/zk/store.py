@@ -150,6 +150,7 @@ class ZkMetadataStore:
         retry_deadline_s: float = 30.0,
         op_timeout_s: float = 15.0,
         compression_level: int = 1,
+        log: Any = None,  # a structlog logger (default: metadata.zk)
     ) -> None:
         if retention < 1:
             raise ValueError(f"retention must be >= 1, got {retention}")
@@ -161,7 +162,9 @@ class ZkMetadataStore:
         self.run_id = run_id
         self.client = client
         self._auth = auth
-        self.log = structlog.get_logger("metadata.zk").bind(job_folder=job_folder, run_id=run_id)
+        self.log = (log if log is not None else structlog.get_logger("metadata.zk")).bind(
+            job_folder=job_folder, run_id=run_id
+        )
         if auth and ("digest", auth) not in client.auth_data:
             if client.connected:
                 client.add_auth("digest", auth)

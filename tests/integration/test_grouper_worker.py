@@ -175,3 +175,46 @@ def test_standbys_and_replica_metadata_cross_to_the_worker_and_back(worker_facto
     expected = get_grouper("host-affinity", **options).group(TASKS, metadata)
     assert outcome.containers == expected
     assert sum(len(c.standby_tasks) for c in outcome.containers) == len(TASKS)  # type: ignore[union-attr]
+
+
+# A user's driver script (no `if __name__ == "__main__":` guard) whose embedded coordinator runs
+# the grouper: the worker must not run the script again, nor need its file (python - < script).
+_SCRIPT = """
+import os, sys
+from coordinator.leader.grouper_worker import GrouperWorker
+from groupers import GrouperMetadata
+from metadata.model import SystemStreamPartition, TaskModel
+
+with open(os.environ["RUNS_FILE"], "a") as runs:
+    runs.write("script ran\\n")
+tasks = tuple(
+    TaskModel(f"Partition {i}", frozenset({SystemStreamPartition("k", "s", i)})) for i in range(4)
+)
+worker = GrouperWorker("host-affinity", {})
+outcome = worker.run(tasks, GrouperMetadata({"p-1": "h1"}, {}, {}), 30.0)
+worker.close()
+print("grouped:", outcome.error or sorted(len(c.tasks) for c in outcome.containers))
+"""
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+def test_the_worker_does_not_run_the_parents_main_script_again(tmp_path, how: str) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    script, runs = tmp_path / "driver.py", tmp_path / "runs.txt"
+    script.write_text(_SCRIPT)
+    command = [sys.executable, str(script)] if how == "file" else [sys.executable, "-"]
+    done = subprocess.run(
+        command,
+        input=None if how == "file" else _SCRIPT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "RUNS_FILE": str(runs)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "grouped: [4]" in done.stdout, done.stdout + done.stderr
+    assert runs.read_text() == "script ran\n"  # once: not again in the grouper process

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from affinity_pipeline.cluster import StandaloneCluster, spark_session
 
 from locality.spark import SparkExecutor, SparkExecutors
+from locality.spark.jvm import JAR_CONF_KEY, spark_jar
+from locality.spark.maven import spark_jars_conf
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -32,6 +34,8 @@ class SparkApp:
             app_name="affinity-tests",
             locality_wait=LOCALITY_WAIT,
             log4j_config=self.cluster.quiet_log4j_config,
+            # affinity's jar, and Spark's Kafka connector for test_kafka_connector
+            conf={JAR_CONF_KEY: f"{spark_jar()},{spark_jars_conf()}"},
         )
         self.ready()
 

@@ -53,6 +53,8 @@ def test_demo_json(tmp_path: Path) -> None:
             "tasks_moved",
             "versions",
             "recovery_batch_s",
+            "rows_in",
+            "driver_rows",
         }
         assert set(figures["spark_default"]) == {"warm_ratio", "bytes_restored"}
         assert set(spark) == {"warm_ratio", "bytes_restored", "recovery_batch_s"}
@@ -66,6 +68,8 @@ def test_demo_json(tmp_path: Path) -> None:
         assert affinity["bytes_restored"] * 10 <= spark["bytes_restored"]
         assert affinity["warm_ratio"] > spark["warm_ratio"]
         assert affinity["recovery_batch_s"] > 0 and spark["recovery_batch_s"] > 0
+        # the batches went from the source to the pinned tasks without the driver
+        assert affinity["rows_in"] > 0 and affinity["driver_rows"] == 0
     finally:
         survivors = subprocess.run(
             ["pgrep", "-f", str(workdir)], capture_output=True, text=True, check=False

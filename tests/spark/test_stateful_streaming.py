@@ -27,8 +27,8 @@ from spark_app import SparkApp
 
 from coordinator.config import JobConfig, load_config
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
-from coordinator.member.streaming import BatchReport, StatefulQuery, StreamingBatchError
-from locality.spark import stateful_foreach_batch
+from coordinator.streaming import stateful_foreach_batch
+from coordinator.streaming.query import BatchReport, StatefulQuery, StreamingBatchError
 from locality.spark.state import latest_commit
 
 pytestmark = pytest.mark.spark

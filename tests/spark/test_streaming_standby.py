@@ -23,8 +23,8 @@ from spark_app import SparkApp
 from test_stateful_streaming import FileQuery, Sink, job_config
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
-from coordinator.member.streaming import StatefulQuery
-from locality.spark import stateful_foreach_batch
+from coordinator.streaming import stateful_foreach_batch
+from coordinator.streaming.query import StatefulQuery
 
 pytestmark = pytest.mark.spark
 

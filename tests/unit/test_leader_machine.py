@@ -949,3 +949,33 @@ def test_nobody_is_benched_when_nobody_joined() -> None:
     run_to_publish(core, 0.0)
     actions = core.handle(TimePassed(10.0))
     assert not any(isinstance(a, ProcessorBenched) for a in actions)
+
+
+def test_a_new_leader_replaces_a_model_in_force_over_other_tasks() -> None:
+    """A Kafka partition added (or an input changed): the job's tasks are not the tasks of the
+    model in force, so a new leader rebalances although no processor came or went; with the
+    same tasks it does not."""
+    old_tasks = TASKS[:-1]
+    running = JobModel(
+        3,
+        FrozenMap({"p-0": ContainerModel("p-0", "h", FrozenMap({t.name: t for t in old_tasks}))}),
+    )
+    for tasks, rebalances in ((TASKS, True), (old_tasks, False)):
+        core = Leader(tasks, CoordinatorSettings(debounce_s=0.0))
+        core.handle(
+            LeadershipGained(
+                0.0,
+                {"p-0": "h"},
+                {},
+                latest=running,
+                latest_barrier=BarrierState.DONE,
+                in_force=running,
+                tasks=frozenset(t.name for t in tasks),
+            )
+        )
+        core.handle(TimePassed(0.0))
+        assert (core.last_request is not None) == rebalances
+        if rebalances:
+            published = run_to_publish(core, 1.0)
+            assigned = {t for c in published.model.containers.values() for t in c.tasks}
+            assert assigned == {t.name for t in TASKS}

@@ -75,10 +75,9 @@ def test_registry_rejects_unknown_names_and_options() -> None:
         get_location_provider("kubernetes", bogus=1)
 
 
-#: The one import of locality that reaches up, as in pyproject.toml's import-linter contracts:
-#: DESIGN.md names ``locality.spark.stateful_foreach_batch``, whose driver side is
-#: ``coordinator.member.streaming``, imported when the function is called.
-ALLOWED_UPWARD = {("locality.spark", "coordinator.member.streaming")}
+#: Imports of locality that reach up: none (``stateful_foreach_batch`` lives in
+#: ``coordinator.streaming``, DESIGN.md "Spark streaming").
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def _type_checking_blocks(tree: ast.Module) -> set[int]:
@@ -180,7 +179,7 @@ def test_public_names_stay_where_they_were() -> None:
         "pinned_rdd",
         "run_pinned",
     }
-    # ... and the Structured Streaming API of DESIGN.md ("Spark streaming").
-    assert set(locality.spark.__all__) == spark_names | {"stateful_foreach_batch"}
+    # (the Structured Streaming API moved up to coordinator.streaming: placement only here)
+    assert set(locality.spark.__all__) == spark_names
     for name in spark_names:
         assert hasattr(locality.spark, name), name

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from coordinator.config import JobConfig, load_config
-from coordinator.member.streaming import StreamingUsageError, key_text
+from coordinator.streaming import stateful_foreach_batch
+from coordinator.streaming.query import StreamingUsageError, key_text
 from groupers.keys import key_bucket, stable_hash
-from locality.spark import stateful_foreach_batch
 from locality.spark.state import SchemaError
 
 

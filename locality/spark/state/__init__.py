@@ -15,7 +15,7 @@ whose local copy stays on the executor's host.
 
 Runs on executors: imports only the standard library (pandas lazily) and its own modules; no
 kazoo, structlog, ``groupers`` or ``coordinator``. The driver side is
-``coordinator.member.streaming``.
+``coordinator.streaming``.
 """
 
 from __future__ import annotations

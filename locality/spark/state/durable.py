@@ -33,7 +33,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,9 +41,12 @@ from locality.spark.state.objectspace import CheckpointStorage, DirectoryStorage
 
 __all__ = [
     "CommitRecord",
+    "commit_exists",
+    "forget_commits_from",
     "DirectoryStateStorage",
     "Storage",
     "latest_commit",
+    "pin_pending_ranges",
     "read_pending",
     "write_commit",
     "write_pending",
@@ -127,9 +130,10 @@ class CommitRecord:
     tokens: Mapping[str, str]
     key_groups: Mapping[str, tuple[int, ...]]
     max_parallelism: int
+    offsets: Mapping[str, int] = field(default_factory=dict)  # input partition -> next offset
 
     def to_bytes(self) -> bytes:
-        document = {
+        document: dict[str, Any] = {
             "format": 1,
             "batch": self.batch,
             "max_parallelism": self.max_parallelism,
@@ -138,6 +142,8 @@ class CommitRecord:
                 for t in sorted(self.tokens)
             },
         }
+        if self.offsets:
+            document["offsets"] = dict(self.offsets)
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -150,6 +156,7 @@ class CommitRecord:
                 tokens={t: str(v["token"]) for t, v in tasks.items()},
                 key_groups={t: tuple(int(g) for g in v["key_groups"]) for t, v in tasks.items()},
                 max_parallelism=int(document["max_parallelism"]),
+                offsets={str(k): int(v) for k, v in document.get("offsets", {}).items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: not a commit record ({exc!r})") from None
@@ -177,10 +184,30 @@ def latest_commit(storage: Storage, before: int | None = None) -> CommitRecord |
 
 def write_commit(storage: Storage, record: CommitRecord) -> None:
     """Record ``record`` and drop all but the last :data:`KEEP_RECORDS` records of each kind."""
-    storage.put_record(f"commit-{record.batch:012d}.json", record.to_bytes())
+    storage.put_record(_commit_name(record.batch), record.to_bytes())
     for kind in ("commit", "pending"):
         for _batch, name in _records(storage, kind)[:-KEEP_RECORDS]:
             storage.delete_record(name)
+
+
+def commit_exists(storage: Storage, batch: int) -> bool:
+    """Whether ``batch`` is committed (its commit record exists)."""
+    return storage.read_record(_commit_name(batch)) is not None
+
+
+def forget_commits_from(storage: Storage, batch: int) -> list[int]:
+    """Delete the commit records of ``batch`` and later (Spark runs ``batch`` again: it was
+    committed here but not in Spark's own commit log); returns the batches forgotten. The
+    checkpoint files those commits named are past the commit the batch now starts from: its
+    tasks delete them before writing (``ObjectSpace.adopt_abandoned``)."""
+    forgotten = [b for b, _ in _records(storage, "commit") if b >= batch]
+    for old in forgotten:
+        storage.delete_record(_commit_name(old))
+    return forgotten
+
+
+def _commit_name(batch: int) -> str:
+    return f"commit-{batch:012d}.json"
 
 
 def write_pending(storage: Storage, batch: int, batch_time_ms: int) -> int:
@@ -200,3 +227,23 @@ def read_pending(storage: Storage, batch: int) -> int | None:
         return None
     document: Mapping[str, Any] = json.loads(data)
     return int(document["batch_time_ms"])
+
+
+def pin_pending_ranges(
+    storage: Storage, batch: int, planned: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """The input ranges of ``batch`` (input partition -> [start, end) offsets): those an earlier
+    attempt recorded in the batch's pending record, else ``planned`` (recorded now), so a batch
+    run again reads exactly the records it read before. The pending record must exist
+    (:func:`write_pending` first)."""
+    name = f"pending-{batch:012d}.json"
+    data = storage.read_record(name)
+    if data is None:
+        raise ValueError(f"{name}: no pending record for batch {batch} (write_pending first)")
+    document: dict[str, Any] = json.loads(data)
+    recorded = document.get("ranges")
+    if recorded is not None:
+        return {str(k): (int(v[0]), int(v[1])) for k, v in recorded.items()}
+    document["ranges"] = {k: [int(a), int(b)] for k, (a, b) in sorted(planned.items())}
+    storage.put_record(name, json.dumps(document).encode())
+    return {k: (int(a), int(b)) for k, (a, b) in planned.items()}

@@ -1,0 +1,139 @@
+"""``spark_streaming.py --throughput``: every run of :mod:`benchmarks._streaming_throughput`
+(each way at each batch size with three executors, then affinity and Spark at the largest size
+with one and two executors), its table and the goals of the data-path issue: throughput at
+least Spark's own operator's at 1M and 4M rows a batch, the driver's peak RSS flat in the batch
+size (the largest within 1.2x of the smallest), throughput growing with executors."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._report import machine, table
+from benchmarks._streaming_throughput import (
+    KEYS,
+    TASKS,
+    WAYS,
+    Run,
+    RunFigures,
+    run_in_child,
+    write_input,
+)
+
+FULL_SIZES = (100_000, 1_000_000, 4_000_000)
+QUICK_SIZES = (20_000, 100_000)
+
+
+def measure(
+    sizes: Sequence[int], steady: int, note: Callable[[str], None], timeout_s: float = 3600
+) -> list[RunFigures]:
+    """Start ZooKeeper and the cluster, write the input, run every run in its own process."""
+    from affinity_pipeline.cluster import StandaloneCluster, spark_session
+
+    from coordinator.demo.race_ways import HOSTS
+    from coordinator.demo.zookeeper import EmbeddedZooKeeper
+
+    results: list[RunFigures] = []
+    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
+        work = Path(tmp)
+        zookeeper = EmbeddedZooKeeper(work / "zookeeper")
+        cluster = StandaloneCluster(work / "spark", HOSTS, worker_memory="1500m")
+        try:
+            zookeeper.start()
+            cluster.start()
+            note("writing the input ...")
+            writer = spark_session(cluster.master_url, app_name="throughput-input")
+            for rows in sizes:
+                write_input(writer, work / f"pool-{rows}", rows, steady + 1)
+            writer.stop()
+            plan = [(way, rows, 3) for rows in sizes for way in WAYS]
+            plan += [(way, sizes[-1], n) for n in (1, 2) for way in ("spark", "affinity")]
+            for i, (way, rows, executors) in enumerate(plan):
+                note(
+                    f"run {i + 1}/{len(plan)}: {way}, {rows:,} rows a batch, {executors} executors"
+                )
+                run = Run(
+                    way, rows, executors, steady, cluster.master_url, zookeeper.hosts,
+                    str(work / f"pool-{rows}"), str(work / f"run-{i}"),
+                )  # fmt: skip
+                figures = run_in_child(run, timeout_s)
+                if figures is None:
+                    note("  failed or timed out")
+                    continue
+                note(f"  {figures.median_s:.2f} s a batch, {figures.rows_per_s:,.0f} rows/s")
+                results.append(figures)
+        finally:
+            cluster.stop()
+            zookeeper.stop()
+    return results
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def _find(results: Sequence[RunFigures], way: str, rows: int, executors: int) -> RunFigures | None:
+    for r in results:
+        if (r.way, r.rows, r.executors) == (way, rows, executors):
+            return r
+    return None
+
+
+def goals(results: Sequence[RunFigures], sizes: Sequence[int]) -> dict[str, Any]:
+    """The issue's goals, each as figures and met / not met."""
+    out: dict[str, Any] = {}
+    for rows in sizes[1:]:
+        ours, theirs = _find(results, "affinity", rows, 3), _find(results, "spark", rows, 3)
+        if ours and theirs:
+            out[f"throughput ratio at {rows:,}"] = round(ours.rows_per_s / theirs.rows_per_s, 2)
+    small, large = _find(results, "affinity", sizes[0], 3), _find(results, "affinity", sizes[-1], 3)
+    if small and large:
+        for kind in ("driver python", "driver jvm"):
+            out[f"{kind} peak, largest / smallest"] = round(
+                large.peaks[kind] / small.peaks[kind], 2
+            )
+    scaling = [_find(results, "affinity", sizes[-1], n) for n in (1, 2, 3)]
+    if all(scaling):
+        out["affinity rows/s with 1, 2, 3 executors"] = [round(r.rows_per_s) for r in scaling if r]
+    outputs = {}
+    for rows in sizes:
+        runs = [_find(results, w, rows, 3) for w in WAYS]
+        outputs[rows] = len({str(r.outputs) for r in runs if r}) == 1
+    out["outputs equal between the ways"] = all(outputs.values())
+    return out
+
+
+HEADERS = ["rows/batch", "executors", "way", "s/batch", "rows/s", "vs spark", "driver python"]
+HEADERS += ["driver JVM", "executor JVMs", "executor Pythons"]
+
+
+def markdown(results: Sequence[RunFigures], sizes: Sequence[int], steady: int) -> str:
+    rows = []
+    for r in results:
+        spark = _find(results, "spark", r.rows, r.executors)
+        ratio = f"{r.rows_per_s / spark.rows_per_s:.2f}" if spark else "-"
+        p = r.peaks
+        rows.append(
+            [f"{r.rows:,}", r.executors, r.way, f"{r.median_s:.2f} s", f"{r.rows_per_s:,.0f}",
+             ratio, _mib(p["driver python"]), _mib(p["driver jvm"]), _mib(p["executor jvm"]),
+             _mib(p["executor python"])]
+        )  # fmt: skip
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        "## Stateful streaming throughput: rows off the driver",
+        "",
+        f"`benchmarks/spark_streaming.py --throughput` on {machine()}; load average at the end: "
+        f"{load}. One `applyInPandasWithState` function (count and total per key), {KEYS:,} keys, "
+        f"{TASKS} tasks = Spark state partitions, a fill batch then {steady} steady batches per "
+        "run; each run a fresh application (and driver process); 3 workers of one core, "
+        "executors of 1 GB. s/batch: median trigger time of the steady batches; peaks: RSS "
+        "during the steady batches, summed per kind of process.",
+        "",
+        table(HEADERS, rows),
+        "",
+    ]
+    lines += [f"- {name}: {value}" for name, value in goals(results, sizes).items()]
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""coordinator.streaming: ``stateful_foreach_batch``, a user's ``applyInPandasWithState`` function
+run in ``foreachBatch`` with each key's state kept on the executor its job model names
+(DESIGN.md "Spark streaming").
+
+- :mod:`~coordinator.streaming.query`: the ``foreachBatch`` handler (:class:`StatefulQuery`);
+- :mod:`~coordinator.streaming.runtime`: what every query's driver keeps, and the two ends of a
+  batch (begin: the plan; finish: sink, commit, locality, standbys);
+- :mod:`~coordinator.streaming.stage`, :mod:`~coordinator.streaming.routing`: the pinned stage
+  (one shuffle) and the routing columns it computes on the executors;
+- :mod:`~coordinator.streaming.standby`: the standby stage after each commit.
+
+The streaming runtime is a coordinator member (a Spark driver following job models for its
+executors, optionally with a coordinator replica embedded), so it sits above ``member`` and
+``leader`` and below ``demo``. Its executor side is :mod:`locality.spark.state`; placement (pinned
+stages, the pinned shuffle) is :mod:`locality.spark`. May import ``coordinator.member``,
+``coordinator.leader``, ``groupers``, ``locality`` and ``metadata``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from coordinator.config import JobConfig
+from coordinator.streaming.query import StatefulQuery
+from coordinator.streaming.runtime import BatchReport, StreamingBatchError, StreamingUsageError
+
+__all__ = [
+    "BatchReport",
+    "StatefulQuery",
+    "StreamingBatchError",
+    "StreamingUsageError",
+    "stateful_foreach_batch",
+]
+
+
+def stateful_foreach_batch(
+    func: Callable[..., Any],
+    *,
+    key_columns: Iterable[str],
+    output_schema: Any,
+    state_schema: Any,
+    sink: Callable[[Any, int], None],
+    config: JobConfig,
+    **options: Any,
+) -> StatefulQuery:
+    """A ``foreachBatch`` handler running ``func`` (an ``applyInPandasWithState`` function:
+    ``(key: tuple, pdfs: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]``) per key,
+    each key's state kept local on the executor its job model names; each batch's output
+    DataFrame goes to ``sink(df, batch_id)``. ``config``: the job config
+    (:func:`coordinator.config.load_config`). ``options``: ``timeout`` (``"NoTimeout"`` or
+    ``"ProcessingTimeTimeout"``), ``storage`` (a :class:`locality.spark.state.Storage`),
+    ``coordinator`` (``"embedded"``, the default: a coordinator replica in the driver; or
+    ``"external"``: ``affinity coordinator run``), ``locality_wait``. See ``docs/spark.md``.
+    """
+    return StatefulQuery(
+        func,
+        key_columns=key_columns,
+        output_schema=output_schema,
+        state_schema=state_schema,
+        sink=sink,
+        config=config,
+        **options,
+    )

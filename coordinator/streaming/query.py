@@ -1,0 +1,157 @@
+"""The driver side of ``stateful_foreach_batch``: a user's ``applyInPandasWithState`` function
+run in ``foreachBatch``, each key's state kept on the executor its job model names.
+
+Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, batch_id)``):
+
+1. the stream and the session are checked (key columns, a classic session with affinity's JVM
+   classes) before anything is touched; a batch id Spark runs again forgets its earlier commit;
+2. the batch's processing time is read from (or written to) the pending record, so every
+   attempt of the batch uses the same one (timeouts replay exactly);
+3. the state starts from the latest commit *before* the batch id;
+4. the executors are synced as processors (:class:`SparkDriverMember`) and the driver waits
+   for a job model every executor follows (DONE); its task -> processor gives each task's
+   executor;
+5. the pinned stage (:mod:`coordinator.streaming.stage`): the rows go from the source's
+   partitions to their task in one shuffle between executors (routing computed there: task
+   ``(h // f) mod P`` / bucket ``h mod f`` of the key's hash ``h``, key group ``h mod
+   max_parallelism``), each task runs on its executor, opens its state (memory, the host's local
+   copy, or a restore), calls the function per key and checkpoints the batch; the driver gets
+   one result row per task (its checkpoint token), never the batch's rows;
+6. ``sink(df, batch_id)`` gets the output rows where the tasks produced them, then the batch is
+   committed (the tasks' checkpoint tokens) and task locality is written where each task ran;
+7. with standby replicas, every standby copy is brought to the commit on its executor's host
+   and its lag reported (:mod:`coordinator.streaming.standby`).
+
+A failure anywhere before the commit commits nothing; Spark re-runs the batch id and it starts
+again from the previous commit, with the same processing time: the same output and state.
+``data_path="driver"`` keeps the former path, whose rows pass through the driver
+(:mod:`coordinator.streaming.driver_path`), to be measured against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from coordinator.config import JobConfig
+from coordinator.streaming.driver_path import run_driver_stage
+from coordinator.streaming.heartbeat import drop_heartbeats
+from coordinator.streaming.routing import check_key_columns
+from coordinator.streaming.runtime import (
+    BatchReport,
+    QueryRuntime,
+    StreamingBatchError,
+    StreamingUsageError,
+    failure_cause,
+)
+from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
+from groupers import get_ssp_grouper
+from locality.spark.jvm import JvmClassesMissing, require_classes
+from locality.spark.state import Storage
+from locality.spark.state.keyspace import KeySpace, key_text
+
+__all__ = [
+    "DATA_PATHS",
+    "BatchReport",
+    "KeySpace",
+    "StatefulQuery",
+    "StreamingBatchError",
+    "StreamingUsageError",
+    "key_text",
+]
+
+
+#: How a batch's rows reach their tasks: one pinned shuffle between executors (the default), or
+#: the former path through the driver (:mod:`coordinator.streaming.driver_path`).
+DATA_PATHS = ("pinned-shuffle", "driver")
+
+
+class StatefulQuery(QueryRuntime):
+    """The ``foreachBatch`` handler ``stateful_foreach_batch`` returns (module docstring)."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        key_columns: Iterable[str],
+        output_schema: Any,
+        state_schema: Any,
+        sink: Callable[[Any, int], None],
+        config: JobConfig,
+        timeout: str = "NoTimeout",
+        storage: Storage | None = None,
+        coordinator: str = "embedded",
+        locality_wait: str | None = "30s",
+        in_force_timeout_s: float = 120.0,
+        data_path: str = "pinned-shuffle",
+    ) -> None:
+        if data_path not in DATA_PATHS:
+            raise StreamingUsageError(f"data_path must be one of {DATA_PATHS}, got {data_path!r}")
+        super().__init__(
+            func,
+            key_columns=tuple(key_columns),
+            output_schema=output_schema,
+            state_schema=state_schema,
+            config=config,
+            timeout=timeout,
+            storage=storage,
+            coordinator=coordinator,
+            locality_wait=locality_wait,
+            in_force_timeout_s=in_force_timeout_s,
+        )
+        self.data_path = data_path
+        self.sink = sink
+        self.keyspace = _keyspace(config)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.run_batch(df, int(batch_id))
+
+    def run_batch(self, df: Any, batch: int) -> BatchReport:
+        """Run micro-batch ``batch`` of ``df`` (see the module docstring)."""
+        df = drop_heartbeats(df)  # heartbeat rows (with_heartbeat) only make the batch run
+        self._check(df)
+        sc = df.sparkSession.sparkContext
+        begun = self.begin(sc, batch, self.keyspace.key_groups())
+        stage = self._run_stage(df, begun.plan)
+        return self.finish(sc, begun, stage, self.sink)
+
+    def _check(self, df: Any) -> None:
+        """Refuse, before any state is touched, a stream or session this cannot run."""
+        problem = check_key_columns(df.schema, self.key_columns)
+        if problem is not None:
+            raise StreamingUsageError(problem)
+        if self.data_path == "pinned-shuffle":
+            try:
+                require_classes(df.sparkSession)
+            except JvmClassesMissing as exc:
+                raise StreamingUsageError(str(exc)) from None
+
+    def _run_stage(self, df: Any, plan: BatchPlan) -> StageRun:
+        run = run_pinned_stage if self.data_path == "pinned-shuffle" else run_driver_stage
+        try:
+            return run(
+                df,
+                self.spec,
+                self.keyspace,
+                plan,
+                self.output_schema,
+                locality_wait=self.locality_wait,
+            )
+        except Exception as exc:
+            raise StreamingBatchError(
+                f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
+            ) from exc
+
+
+def _keyspace(config: JobConfig) -> KeySpace:
+    inputs = config.stream_inputs()
+    if len(inputs) != 1:
+        raise StreamingUsageError(
+            f"the job config must have exactly one input (the key space), got {len(inputs)}"
+        )
+    options = dict(config.ssp_grouper.options)
+    tasks = get_ssp_grouper(config.ssp_grouper.name, **options).group(inputs)
+    try:
+        return KeySpace.of(tasks, inputs[0].partitions, config.state.max_parallelism)
+    except ValueError as exc:
+        raise StreamingUsageError(str(exc)) from None

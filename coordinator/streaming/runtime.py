@@ -1,0 +1,339 @@
+"""What every stateful query's driver keeps, and the two ends of each batch it runs.
+
+:class:`QueryRuntime` holds the job config, the query's store (durable checkpoints, the local
+copies' directory, the function and schemas: a :class:`QuerySpec`), the ZooKeeper connections,
+the embedded coordinator replica (``coordinator="embedded"``) and the driver member (the live
+executors as processors). A query (``stateful_foreach_batch``'s :class:`StatefulQuery`, the
+Kafka query) runs each batch as:
+
+1. :meth:`QueryRuntime.begin`: a batch id run again forgets its earlier commit; the batch's
+   processing time is read from (or written to) the pending record; the state starts from the
+   latest commit before it; the executors are synced and the driver waits for a job model every
+   executor follows; the result is a :class:`BatchPlan`;
+2. the query's own stage (its tasks pinned to the executors the plan names);
+3. :meth:`QueryRuntime.finish`: the sink gets the output, the batch is committed (each task's
+   checkpoint token, and what the query adds: the input's offsets), task locality is written
+   where each task ran, standby copies are brought to the commit; a :class:`BatchReport`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from coordinator.config import JobConfig
+from coordinator.connection import client_from_config, store_from_config
+from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
+from coordinator.observability import job_logger
+from coordinator.streaming.stage import BatchPlan, StageRun
+from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
+from locality.spark.state import (
+    TIMEOUTS,
+    CommitRecord,
+    DirectoryStateStorage,
+    QuerySpec,
+    Storage,
+    StoreSpec,
+    latest_commit,
+    parse_schema,
+    write_commit,
+    write_pending,
+)
+from locality.spark.state.durable import forget_commits_from
+from metadata.zk import ZkMetadataStore
+
+__all__ = [
+    "BatchReport",
+    "Begun",
+    "QueryRuntime",
+    "StreamingBatchError",
+    "StreamingUsageError",
+    "failure_cause",
+]
+
+
+class StreamingUsageError(ValueError):
+    """``stateful_foreach_batch`` was given something it cannot use (the message says what)."""
+
+
+class StreamingBatchError(RuntimeError):
+    """A micro-batch failed; nothing of it was committed (Spark may run it again)."""
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did."""
+
+    batch: int
+    version: int
+    seconds: float
+    tasks: int
+    warm: int  # tasks whose state was in memory or in the host's local copy
+    restored: int  # tasks that loaded their state from the durable checkpoints
+    new: int  # tasks with nothing committed yet
+    bytes_restored: int
+    bytes_written: int
+    pinned_ok: int
+    pinned_total: int
+    rows_in: int
+    rows_out: int
+    timed_out: int
+    driver_rows: int  # the batch's rows through the driver (0; the former path: in and out)
+    standby: StandbyStage = NO_STANDBYS  # the standby copies brought to this batch's commit
+
+
+@dataclass(frozen=True)
+class Begun:
+    """A batch begun: its plan, the model in force it follows, when it began."""
+
+    plan: BatchPlan
+    assignment: DriverAssignment
+    began: float
+
+
+class QueryRuntime:
+    """The driver side every stateful query shares (module docstring)."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        key_columns: tuple[str, ...],
+        output_schema: Any,
+        state_schema: Any,
+        config: JobConfig,
+        timeout: str,
+        storage: Storage | None,
+        coordinator: str,
+        locality_wait: str | None,
+        in_force_timeout_s: float,
+    ) -> None:
+        if not key_columns or not all(isinstance(c, str) and c for c in key_columns):
+            raise StreamingUsageError(f"key_columns must name columns, got {key_columns!r}")
+        if timeout not in TIMEOUTS:
+            raise StreamingUsageError(f"timeout must be one of {TIMEOUTS}, got {timeout!r}")
+        if coordinator not in ("embedded", "external"):
+            raise StreamingUsageError(
+                f"coordinator must be 'embedded' or 'external', got {coordinator!r}"
+            )
+        self.key_columns = key_columns
+        self.output_schema = output_schema
+        output_fields = parse_schema(output_schema, "output_schema", any_type=True)
+        self.config = config
+        self.coordinator = coordinator
+        self.locality_wait = locality_wait
+        self.in_force_timeout_s = in_force_timeout_s
+        self.storage = storage if storage is not None else _default_storage(config)
+        self.spec = QuerySpec(
+            func=func,
+            key_columns=key_columns,
+            output_columns=tuple(f.name for f in output_fields),
+            state_fields=parse_schema(state_schema, "state_schema"),
+            timeout=timeout,
+            store=StoreSpec(
+                storage=self.storage,
+                local_dir=config.state.local_dir
+                or os.path.join(tempfile.gettempdir(), "affinity-state"),
+                scope=f"{config.job.name}-{config.job.id}",
+                max_parallelism=config.state.max_parallelism,
+            ),
+        )
+        self.reports: list[BatchReport] = []
+        self.log = job_logger("affinity.streaming", config.logging.level).bind(
+            job=f"{config.job.name}-{config.job.id}"
+        )
+        self._clients: list[KazooClient] = []
+        self._driver: SparkDriverMember | None = None
+        self._store: ZkMetadataStore | None = None
+        self._stop = threading.Event()
+        self._coordinator_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, sc: Any) -> SparkDriverMember:
+        """Connect, start the embedded coordinator (if so configured) and the driver member."""
+        if self._driver is not None:
+            return self._driver
+        store = self._connect()
+        store.ensure_layout()
+        if self.coordinator == "embedded":
+            self._start_coordinator(sc)
+        self._store = store
+        self._driver = SparkDriverMember(
+            store.client,
+            store,
+            sc,
+            job=f"{self.config.job.name}-{self.config.job.id}",
+            log=job_logger("affinity.member", self.config.logging.level),  # logging.level
+        )
+        return self._driver
+
+    def _connect(self) -> ZkMetadataStore:
+        client = client_from_config(self.config)
+        self._clients.append(client)
+        return store_from_config(self.config, client)
+
+    def _start_coordinator(self, sc: Any) -> None:
+        # The embedded default runs a coordinator replica in the driver (DESIGN.md "Spark
+        # streaming"); the one place the member side starts the leader side.
+        from coordinator.leader.service import CoordinatorService
+
+        store = self._connect()
+        service = CoordinatorService(
+            self.config, store.client, store, identifier=f"driver-{sc.applicationId}"
+        )
+        self._coordinator_thread = threading.Thread(
+            target=service.run, args=(self._stop,), name="affinity-coordinator", daemon=True
+        )
+        self._coordinator_thread.start()
+
+    def restart_coordinator(self, sc: Any, config: JobConfig) -> None:
+        """Stop the embedded coordinator and start it again with ``config`` (the job's tasks
+        changed: a Kafka partition was added)."""
+        self.config = config
+        if self.coordinator != "embedded" or self._coordinator_thread is None:
+            return
+        self._stop.set()
+        self._coordinator_thread.join(10)
+        self._stop = threading.Event()
+        self._start_coordinator(sc)
+
+    def close(self) -> None:
+        """Stop the driver member and the embedded coordinator; close the connections."""
+        if self._driver is not None:
+            with contextlib.suppress(Exception):
+                self._driver.close()
+        self._stop.set()
+        if self._coordinator_thread is not None:
+            self._coordinator_thread.join(10)
+        for client in self._clients:
+            with contextlib.suppress(Exception):
+                client.stop()
+                client.close()
+        self._driver = self._store = None
+        self._coordinator_thread = None
+        self._clients = []
+        self._stop = threading.Event()
+
+    # ------------------------------------------------------------------ a batch's two ends
+
+    def begin(self, sc: Any, batch: int, key_groups: Mapping[str, tuple[int, ...]]) -> Begun:
+        """Everything before a batch's tasks run (module docstring, step 1)."""
+        began = time.perf_counter()
+        driver = self.start(sc)
+        forgotten = forget_commits_from(self.storage, batch)
+        if forgotten:
+            self.log.info("streaming.batch_again", batch=batch, forgotten_commits=forgotten)
+        batch_time = write_pending(self.storage, batch, int(time.time() * 1000))
+        start = latest_commit(self.storage, before=batch)
+        driver.sync()
+        assignment = driver.in_force(self.in_force_timeout_s, key_groups)
+        plan = BatchPlan(
+            batch=batch,
+            batch_time_ms=batch_time,
+            start=start,
+            key_groups=dict(key_groups),
+            placement=driver.placement(assignment.task_to_processor),
+            executors=driver.registrar.executors(),
+        )
+        return Begun(plan, assignment, began)
+
+    def finish(
+        self,
+        sc: Any,
+        begun: Begun,
+        stage: StageRun,
+        sink: Callable[[Any, int], None] | None,
+        offsets: Mapping[str, int] | None = None,
+    ) -> BatchReport:
+        """Everything after a batch's tasks ran (module docstring, step 3)."""
+        plan = begun.plan
+        try:
+            if sink is not None:
+                sink(stage.output, plan.batch)
+            results = stage.results
+            commit = CommitRecord(
+                plan.batch,
+                {t: r.token for t, r in results.items()},
+                {t: r.key_groups for t, r in results.items()},
+                self.spec.store.max_parallelism,
+                offsets=dict(offsets or {}),
+            )
+            write_commit(self.storage, commit)
+        finally:
+            stage.release()
+        driver = self.start(sc)
+        self._write_locality(driver, stage.run.ran_on)
+        standby = refresh_standbys(
+            sc,
+            driver,
+            self.spec.store,
+            begun.assignment,
+            commit,
+            plan.start,
+            locality_wait=self.locality_wait,
+            log=self.log,
+        )
+        report = _report(plan.batch, begun.assignment.version, stage)
+        report = replace(report, standby=standby, seconds=time.perf_counter() - begun.began)
+        self.reports.append(report)
+        figures = {k: v for k, v in report.__dict__.items() if k != "standby"}
+        self.log.info("streaming.batch", **figures, **standby.figures())
+        return report
+
+    def _write_locality(self, driver: SparkDriverMember, ran_on: Mapping[str, str | None]) -> None:
+        """Each task's location: where it ran (its state is there now)."""
+        location_of = {
+            r.executor.executor_id: r.location_id for r in driver.registrar.registrations.values()
+        }
+        where = {t: location_of[e] for t, e in ran_on.items() if e is not None and e in location_of}
+        if where and self._store is not None:
+            self._store.locality.write(where)
+
+
+def failure_cause(exc: BaseException) -> str:
+    """The line of a failed Spark job that says why (our task error, else the first line)."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "StatefulFunctionError:" in line:
+            return line.split("StatefulFunctionError:", 1)[1].strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[0].strip() if lines else repr(exc)
+
+
+def _report(batch: int, version: int, stage: StageRun) -> BatchReport:
+    values = list(stage.results.values())
+    return BatchReport(
+        batch=batch,
+        version=version,
+        seconds=0.0,
+        tasks=len(values),
+        warm=sum(1 for r in values if r.warm),
+        restored=sum(1 for r in values if r.source == "restored"),
+        new=sum(1 for r in values if r.source == "new"),
+        bytes_restored=sum(r.bytes_restored for r in values),
+        bytes_written=sum(r.bytes_written for r in values),
+        pinned_ok=stage.run.pinned_ok,
+        pinned_total=stage.run.total,
+        rows_in=sum(r.rows_in for r in values),
+        rows_out=sum(r.rows_out for r in values),
+        timed_out=sum(r.timed_out for r in values),
+        driver_rows=stage.driver_rows,
+    )
+
+
+def _default_storage(config: JobConfig) -> Storage:
+    if not config.state.checkpoint_dir:
+        raise StreamingUsageError(
+            "state.checkpoint_dir is not set in the job config: stateful_foreach_batch needs a "
+            "durable directory for its checkpoints (or pass storage=...)"
+        )
+    return DirectoryStateStorage(config.state.checkpoint_dir)

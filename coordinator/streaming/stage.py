@@ -1,0 +1,168 @@
+"""One micro-batch's pinned stage: the batch's rows go from the source's partitions to the task
+that owns their key in one shuffle between executors, and each task runs on the executor its
+job model names. Nothing of the batch passes through the driver.
+
+:func:`run_pinned_stage`:
+
+1. **route** (:mod:`coordinator.streaming.routing`): two columns computed on the executors, the
+   task index and the key group of each row;
+2. **shuffle, pinned** (:func:`locality.spark.pinned_shuffle.pinned_shuffle`): partition i holds
+   task i's rows and prefers task i's executor;
+3. **run**: ``mapInArrow`` of :class:`locality.spark.state.pinned_task.PinnedTaskRunner` (narrow:
+   the pin holds): per task, its state opened, the function called per key, the batch
+   checkpointed; it yields its output rows and one row with its :class:`TaskResult`;
+4. **materialise once**: the stage's output is persisted on the executors, and one action
+   (under the locality wait) collects only the result rows: one per task, the checkpoint tokens
+   the commit needs.
+
+The sink then gets :attr:`StageRun.output`, the persisted output rows (read on the executors,
+where they were produced); :meth:`StageRun.release` drops them after the commit. An executor
+lost before the sink read its rows makes Spark compute those tasks again (the same rows: a
+batch's output is deterministic), before the commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.streaming.routing import routed
+from locality.spark import SparkExecutor
+from locality.spark.pinned_shuffle import pinned_shuffle
+from locality.spark.pinning import LocalityWait, PinnedRun, job_description, pinned_run
+from locality.spark.state import CommitRecord, QuerySpec
+from locality.spark.state.keyspace import KeySpace
+from locality.spark.state.pinned_task import (
+    RESULT_COLUMN,
+    TASK_COLUMN,
+    PinnedTaskRunner,
+    TaskResult,
+)
+
+__all__ = [
+    "BatchPlan",
+    "StageRun",
+    "run_pinned_stage",
+    "run_stage",
+    "stage_schemas",
+    "task_runner",
+]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What the driver decided for one batch before its tasks run."""
+
+    batch: int
+    batch_time_ms: int
+    start: CommitRecord | None  # the commit the batch starts from
+    key_groups: Mapping[str, tuple[int, ...]]  # task -> its key groups
+    placement: Mapping[str, str]  # task -> executor id
+    executors: Sequence[SparkExecutor]  # live when the batch started
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(sorted(self.key_groups))
+
+
+@dataclass
+class StageRun:
+    """A batch's tasks, run: the output for the sink, each task's result, where they ran."""
+
+    output: Any  # DataFrame of the output rows
+    results: dict[str, TaskResult]
+    run: PinnedRun[Any]
+    driver_rows: int  # the batch's rows through the driver, in and out (not the result rows)
+    cached: Any = None  # the persisted stage output (released after the commit)
+
+    def release(self) -> None:
+        if self.cached is not None:
+            self.cached.unpersist()
+            self.cached = None
+
+
+def stage_schemas(spark: Any, output_schema: Any) -> tuple[Any, Any]:
+    """(Spark StructType, Arrow schema) of the stage's output: the output schema's fields, all
+    nullable (a task's result row has no output values), then :data:`RESULT_COLUMN`."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StringType, StructField, StructType, _parse_datatype_string
+
+    declared = output_schema
+    if isinstance(declared, str):
+        declared = _parse_datatype_string(declared)
+    fields = [StructField(f.name, f.dataType, True) for f in declared.fields]
+    struct = StructType([*fields, StructField(RESULT_COLUMN, StringType(), True)])
+    timezone = spark.conf.get("spark.sql.session.timeZone")
+    return struct, to_arrow_schema(struct, timezone=timezone)
+
+
+def task_runner(
+    spec: QuerySpec, plan: BatchPlan, arrow_schema: Any, input_columns: tuple[str, ...]
+) -> PinnedTaskRunner:
+    """The ``mapInArrow`` function of ``plan``'s batch (its rows: the shuffle partition)."""
+    return PinnedTaskRunner(
+        spec=spec,
+        tasks=plan.tasks,
+        batch=plan.batch,
+        start_batch=plan.start.batch if plan.start is not None else -1,
+        tokens=dict(plan.start.tokens) if plan.start is not None else {},
+        key_groups=dict(plan.key_groups),
+        batch_time_ms=plan.batch_time_ms,
+        input_columns=input_columns,
+        output_schema=arrow_schema,
+    )
+
+
+def run_pinned_stage(
+    df: Any,
+    spec: QuerySpec,
+    keyspace: KeySpace,
+    plan: BatchPlan,
+    output_schema: Any,
+    *,
+    locality_wait: str | None,
+) -> StageRun:
+    """Run ``plan``'s batch of ``df`` as one pinned stage (see the module docstring)."""
+    struct, arrow_schema = stage_schemas(df.sparkSession, output_schema)
+    runner = task_runner(spec, plan, arrow_schema, tuple(df.columns))
+    with job_description(df.sparkSession.sparkContext, f"affinity batch {plan.batch}"):
+        frame = routed(df, keyspace, spec.key_columns, plan.tasks)
+        return run_stage(frame, runner, struct, plan, locality_wait=locality_wait)
+
+
+def run_stage(
+    frame: Any,
+    runner: PinnedTaskRunner,
+    struct: Any,
+    plan: BatchPlan,
+    *,
+    locality_wait: str | None,
+) -> StageRun:
+    """Steps 2 to 4 of the module docstring: ``frame`` (with :data:`TASK_COLUMN`) shuffled and
+    pinned, ``runner`` over each task's partition, its output persisted, the results collected."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    began = time.perf_counter()
+    sc = frame.sparkSession.sparkContext
+    shuffle = pinned_shuffle(frame, TASK_COLUMN, plan.tasks, plan.placement, plan.executors)
+    out = shuffle.frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with LocalityWait(sc, locality_wait):
+            rows = out.where(F.col(RESULT_COLUMN).isNotNull()).select(RESULT_COLUMN).collect()
+    except BaseException:
+        out.unpersist()
+        raise
+    results = {r.task: r for r in (TaskResult.from_json(row[0]) for row in rows)}
+    if set(results) != set(plan.tasks):
+        out.unpersist()
+        missing = sorted(set(plan.tasks) - set(results))
+        raise RuntimeError(f"batch {plan.batch}: no result from task(s) {missing[:5]}")
+    ran = [(t, r, r.executor_id, r.host, r.attempt, r.seconds) for t, r in results.items()]
+    run = pinned_run(
+        ran, plan.placement, plan.executors, shuffle.unplaceable, time.perf_counter() - began
+    )
+    output = out.where(F.col(RESULT_COLUMN).isNull()).drop(RESULT_COLUMN)
+    return StageRun(output=output, results=results, run=run, driver_rows=0, cached=out)

@@ -1,0 +1,266 @@
+"""Executor side of the pinned shuffle: one shuffle partition is one task's micro-batch, Arrow
+in and Arrow out (the function ``mapInArrow`` runs).
+
+Partition i of the pinned shuffle holds the rows of task ``tasks[i]``, each with its key group
+(``_affinity_group``, computed on the executors before the shuffle). :class:`PinnedTaskRunner`:
+
+1. reads the partition's Arrow batches, sorts the rows by key group and key, and cuts them into
+   one run per key (nulls and NaN are the same key, as in the key's JSON text);
+2. runs the task's batch as :func:`locality.spark.state.runner.run_task_batch` does (state from
+   memory, the host's local copy or a restore; the function per key; timeouts; a checkpoint);
+3. yields the output rows as Arrow batches of the output schema, then one row more carrying the
+   task's :class:`TaskResult` as JSON in the column ``_affinity_result`` (null in output rows).
+   The driver collects only those rows: one per task.
+
+It refuses to run a batch that is committed already (a DataFrame handed to the sink, used
+again after the commit, would otherwise rewrite committed checkpoints): the driver removes the
+commit records of a batch id Spark runs again before its tasks start. Imports pandas and pyarrow
+lazily (they are on the executors for ``mapInArrow``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from locality.spark.state.durable import commit_exists
+from locality.spark.state.runner import (
+    QuerySpec,
+    StatefulFunctionError,
+    TaskBatch,
+    TaskOutcome,
+    run_task_batch,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+__all__ = [
+    "GROUP_COLUMN",
+    "RESULT_COLUMN",
+    "TASK_COLUMN",
+    "PinnedTaskRunner",
+    "StaleBatchError",
+    "TaskResult",
+    "key_runs",
+]
+
+#: The columns the driver adds before the shuffle: the task's index, the key group.
+TASK_COLUMN = "_affinity_task"
+GROUP_COLUMN = "_affinity_group"
+#: The column of the output that carries each task's result (null in output rows).
+RESULT_COLUMN = "_affinity_result"
+
+
+class StaleBatchError(RuntimeError):
+    """A task of a batch that is committed already was asked to run again."""
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a task of the pinned stage did, where, and its checkpoint token (no rows)."""
+
+    task: str
+    token: str
+    key_groups: tuple[int, ...]
+    source: str  # memory | local | restored | new
+    bytes_restored: int
+    bytes_written: int
+    keys_called: int
+    timed_out: int
+    rows_in: int
+    rows_out: int
+    executor_id: str | None
+    host: str | None
+    attempt: int
+    seconds: float
+
+    @property
+    def warm(self) -> bool:
+        return self.source in ("memory", "local")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskResult:
+        document = json.loads(text)
+        document["key_groups"] = tuple(document["key_groups"])
+        return cls(**document)
+
+    @classmethod
+    def of(
+        cls,
+        outcome: TaskOutcome,
+        rows_in: int,
+        where: tuple[str | None, str | None, int],
+        seconds: float,
+    ) -> TaskResult:
+        executor_id, host, attempt = where
+        return cls(
+            task=outcome.task,
+            token=outcome.token,
+            key_groups=tuple(outcome.key_groups),
+            source=outcome.source,
+            bytes_restored=outcome.bytes_restored,
+            bytes_written=outcome.bytes_written,
+            keys_called=outcome.keys_called,
+            timed_out=outcome.timed_out,
+            rows_in=rows_in,
+            rows_out=len(outcome.output),
+            executor_id=executor_id,
+            host=host,
+            attempt=attempt,
+            seconds=seconds,
+        )
+
+
+@dataclass(frozen=True)
+class PinnedTaskRunner:
+    """The ``mapInArrow`` function of one batch's pinned stage (pickled once to the executors)."""
+
+    spec: QuerySpec
+    tasks: tuple[str, ...]  # partition index -> task
+    batch: int
+    start_batch: int  # the committed batch the state starts from (-1: none)
+    tokens: Mapping[str, str]  # that commit's token per task
+    key_groups: Mapping[str, tuple[int, ...]]
+    batch_time_ms: int
+    input_columns: tuple[str, ...]  # the stream's own columns, as the function gets them
+    output_schema: pa.Schema  # the output columns (nullable) and RESULT_COLUMN
+    # Where a task's rows come from: None, the shuffle partition it runs on; else a function of
+    # the task giving its rows (the function's columns and GROUP_COLUMN), e.g. its Kafka ranges.
+    source: Callable[[str], pa.Table] | None = None
+    # Where a task's output goes besides the stage's rows: None, nowhere; else a function of
+    # (task, batch, output rows) that writes them (e.g. to a Kafka topic) before the task ends.
+    deliver: Callable[[str, int, pd.DataFrame], int] | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from locality.spark.provider import (
+            SparkExecutorLocationIdProvider,
+            current_executor_host,
+            current_executor_id,
+        )
+
+        began = time.perf_counter()
+        context = TaskContext.get()
+        index = context.partitionId() if context is not None else 0
+        attempt = context.attemptNumber() if context is not None else 0
+        task = self.tasks[index]
+        if commit_exists(self.spec.store.storage, self.batch):
+            raise StaleBatchError(
+                f"batch {self.batch} is committed already: a DataFrame given to the sink is "
+                "valid only during the sink call (its rows were computed for that call)"
+            )
+        received = list(batches)
+        table: pa.Table | None
+        if self.source is not None:
+            table = self.source(task)
+            columns = tuple(c for c in table.column_names if c not in (GROUP_COLUMN, TASK_COLUMN))
+        else:
+            table = pa.Table.from_batches(received) if received else None
+            columns = self.input_columns
+        rows = key_runs(table, self.spec.key_columns, columns)
+        work = TaskBatch(
+            task=task,
+            batch=self.batch,
+            start_batch=self.start_batch,
+            token=self.tokens.get(task),
+            key_groups=self.key_groups[task],
+            batch_time_ms=self.batch_time_ms,
+            rows=tuple(rows),
+        )
+        outcome = run_task_batch(self.spec, work, SparkExecutorLocationIdProvider().location_id())
+        if self.deliver is not None:
+            self.deliver(task, self.batch, outcome.output)
+        yield from self._output(outcome.output)
+        rows_in = sum(len(frame) for _, _, frame in rows)
+        where = (current_executor_id(), current_executor_host(), attempt)
+        result = TaskResult.of(outcome, rows_in, where, time.perf_counter() - began)
+        yield self._result_batch(result)
+
+    def _output(self, frame: pd.DataFrame) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        if not len(frame):
+            return
+        user = pa.schema([f for f in self.output_schema if f.name != RESULT_COLUMN])
+        try:
+            table = pa.Table.from_pandas(frame, schema=user, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
+            raise StatefulFunctionError(
+                f"batch {self.batch}: the function's output does not fit output_schema: {exc}"
+            ) from None
+        table = table.append_column(RESULT_COLUMN, pa.nulls(table.num_rows, pa.string()))
+        yield from table.to_batches()
+
+    def _result_batch(self, result: TaskResult) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        columns = [
+            pa.array([result.to_json()], pa.string())
+            if field.name == RESULT_COLUMN
+            else pa.nulls(1, field.type)
+            for field in self.output_schema
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=self.output_schema)
+
+
+def key_runs(
+    table: pa.Table | None, key_columns: Sequence[str], input_columns: Sequence[str]
+) -> list[tuple[int, tuple[Any, ...], pd.DataFrame]]:
+    """(key group, key, the key's rows with ``input_columns``) per key of ``table``, keys in
+    (key group, key) order; a key's values as Python values (``None`` for null and NaN)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from locality.spark.state.keyspace import key_text
+
+    if table is None or table.num_rows == 0:
+        return []
+    sort_keys = [(c, "ascending", "at_end") for c in (GROUP_COLUMN, *key_columns)]
+    table = table.take(pc.sort_indices(table, sort_keys=sort_keys))
+    changed = np.zeros(table.num_rows - 1, dtype=bool)
+    for name in (GROUP_COLUMN, *key_columns):
+        changed |= _changes(table.column(name).combine_chunks())
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
+    ends = np.append(starts[1:], table.num_rows)
+    groups = table.column(GROUP_COLUMN).take(starts).to_pylist()
+    values = [table.column(c).take(starts).to_pylist() for c in key_columns]
+    frame = table.select(list(input_columns)).to_pandas()
+    runs: dict[tuple[int, str], tuple[tuple[Any, ...], list[pd.DataFrame]]] = {}
+    for i, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        key = tuple(_python(column[i]) for column in values)
+        found = runs.setdefault((int(groups[i]), key_text(key)), (key, []))
+        found[1].append(frame.iloc[start:end])
+    return [(group, key, _joined(parts)) for (group, _), (key, parts) in runs.items()]
+
+
+def _changes(column: Any) -> Any:
+    """Per row after the first: does ``column`` differ from the row before (nulls equal)?"""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    current, previous = column.slice(1), column.slice(0, len(column) - 1)
+    differs = pc.fill_null(pc.not_equal(current, previous), True)
+    both_null = pc.and_(pc.is_null(current), pc.is_null(previous))
+    return np.asarray(pc.and_not(differs, both_null).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _python(value: Any) -> Any:
+    """NaN as None (the key's JSON text has null for both)."""
+    return None if isinstance(value, float) and value != value else value
+
+
+def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    import pandas as pd
+
+    frame = parts[0] if len(parts) == 1 else pd.concat(parts)
+    return frame.reset_index(drop=True)
