@@ -187,7 +187,12 @@ def test_clients_that_hang_up_mid_response_leave_no_traceback(
     server = started(registry)
     with structlog.testing.capture_logs() as logs:
         for _ in range(20):
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            # A small receive buffer: the answer cannot all be in the client's kernel already
+            # when it resets (the server is still writing).
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(10)
+            sock.connect(("127.0.0.1", server.port))
             sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
             sock.recv(100)  # the answer has begun
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
