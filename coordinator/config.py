@@ -60,6 +60,7 @@ from coordinator.config_file import (
 )
 from metadata.model import StreamInput
 from metadata.zk.client import check_hosts, split_auth
+from metadata.zk.layout import root_problem
 from metadata.zk.store import MAX_TASKS
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "MAX_YAML_NODES",
     "ConfigError",
     "JobConfig",
+    "environment_name",
     "load_config",
 ]
 
@@ -116,9 +118,10 @@ class ZooKeeperSection(_Section):
 
     @field_validator("root")
     @classmethod
-    def _root_is_absolute(cls, value: str) -> str:
-        if not value.startswith("/") or (len(value) > 1 and value.endswith("/")):
-            raise ValueError("must be an absolute path without a trailing slash, like /affinity")
+    def _root_is_a_usable_path(cls, value: str) -> str:
+        problem = root_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("auth")
@@ -168,7 +171,9 @@ class CoordinatorSection(_Section):
     # While the model in force is not the grouper's final answer (warm-up replicas catching up,
     # moves held back by max_moves_per_rebalance), rebalance again this often (0: never).
     probing_rebalance_interval_ms: Int = Field(default=600000, ge=0, le=PROBING_MAX_MS)
-    http_host: str = "0.0.0.0"
+    # Loopback unless set: on Kubernetes the chart sets 0.0.0.0 (the kubelet and Prometheus
+    # reach the pod's address).
+    http_host: str = Field(default="127.0.0.1", min_length=1)
     http_port: Int = Field(default=8080, ge=0, le=65535)
 
     @field_validator("probing_rebalance_interval_ms")
@@ -357,3 +362,16 @@ def load_config(
         raise ConfigError(scrub(message, secrets)) from None
     finally:
         _SOURCES.reset(token)
+
+
+def environment_name(
+    section: str, key: str, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The environment variable that sets ``section.key`` (the environment wins over the file:
+    a short name of :data:`ENV_ALIASES` first, then ``AFFINITY_<SECTION>__<KEY>``), or None."""
+    env = {k.upper(): v for k, v in (os.environ if environ is None else environ).items()}
+    for name, target in ENV_ALIASES.items():
+        if target == (section, key) and name in env:
+            return name
+    nested = f"AFFINITY_{section}__{key}".upper()
+    return nested if nested in env else None

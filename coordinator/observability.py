@@ -36,6 +36,7 @@ __all__ = [
     "Route",
     "configure_logging",
     "job_logger",
+    "silence_job_loggers",
 ]
 
 from coordinator.http_server import HealthServer, HttpRequest, HttpResponse, Route
@@ -80,12 +81,25 @@ def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
     )
 
 
+#: Set by :func:`silence_job_loggers`: the job loggers made from then on log nothing below it.
+_floor = logging.NOTSET
+
+
+def silence_job_loggers() -> None:
+    """A command whose stdout and stderr are its answer and its one error line (``status``,
+    ``jobmodel show``, ``repair``...): the job loggers made from now on drop everything below
+    CRITICAL, whatever the job config's ``logging.level``."""
+    global _floor
+    _floor = logging.CRITICAL
+
+
 def job_logger(name: str, level: str) -> Any:
     """A structlog logger named ``name`` that drops every event below ``level`` (a job config's
     ``logging.level``), whatever level structlog is configured with for the process: a library
     embedded in a user's process (the streaming handler, the coordinator it embeds, their
-    ZooKeeper store) logs as its job config says. Processors and output stay the process's."""
-    numeric = getattr(logging, level.upper(), logging.INFO)
+    ZooKeeper store) logs as its job config says. Processors and output stay the process's.
+    (Unless the process silenced them: :func:`silence_job_loggers`.)"""
+    numeric = max(getattr(logging, level.upper(), logging.INFO), _floor)
     return structlog.wrap_logger(
         None,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
@@ -192,6 +206,19 @@ class CoordinatorMetrics:
         self.grouper_worker_restarts = Counter(
             "affinity_grouper_worker_restarts",
             "Grouper worker processes started (the first one, and after a kill or a crash)",
+            registry=r,
+        )
+        self.unreadable_recoveries = Counter(
+            "affinity_unreadable_model_recoveries",
+            "Leaderships that found the model in force or the version pointer unreadable and "
+            "republished, by what they fell back to (older model, fresh model)",
+            ["fallback"],
+            registry=r,
+        )
+        self.unreadable_model = Gauge(
+            "affinity_unreadable_model",
+            "1 from a leadership finding the model in force unreadable until it published a "
+            "version replacing it",
             registry=r,
         )
 

@@ -33,7 +33,14 @@ __all__ = [
 
 
 class GrouperError(Exception):
-    """Base class of the errors the groupers package raises on purpose."""
+    """Base class of the errors the groupers package raises on purpose. ``argument``: which
+    argument of :func:`groupers.get_grouper` is wrong, when it is known: ``"name"`` (no such
+    grouper, a plugin that cannot be loaded or built) or ``"options"`` (options it does not
+    take, or its constructor refused them)."""
+
+    def __init__(self, message: str, *, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class UnknownGrouperError(GrouperError, LookupError):

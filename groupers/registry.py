@@ -71,14 +71,21 @@ def _build(kind: str, name: str, factory: Callable[..., Any], options: Mapping[s
         if unknown and not accepts_any:
             takes = ", ".join(known) if known else "no options"
             raise GrouperError(
-                f"{kind} {name!r} does not take option(s) {', '.join(unknown)} (it takes: {takes})"
+                f"{kind} {name!r} does not take option(s) {', '.join(unknown)} (it takes: {takes})",
+                argument="options",
             )
+    # A constructor that raises refused its options; with none given, the grouper itself fails.
+    blamed = "options" if options else "name"
     try:
         return factory(**options)
-    except GrouperError:
+    except GrouperError as exc:
+        if exc.argument is None:
+            exc.argument = blamed
         raise
     except Exception as exc:
-        raise GrouperError(f"cannot create {kind} {name!r}: {type(exc).__name__}: {exc}") from exc
+        raise GrouperError(
+            f"cannot create {kind} {name!r}: {type(exc).__name__}: {exc}", argument=blamed
+        ) from exc
 
 
 def get_grouper(name: str, **options: Any) -> TaskNameGrouper:
@@ -92,20 +99,26 @@ def get_grouper(name: str, **options: Any) -> TaskNameGrouper:
         plugin = _plugins().get(name)
         if plugin is None:
             raise UnknownGrouperError(
-                f"unknown grouper {name!r}; known groupers: {', '.join(grouper_names())}"
+                f"unknown grouper {name!r}; known groupers: {', '.join(grouper_names())}",
+                argument="name",
             )
         try:
             factory = plugin.load()
         except Exception as exc:
             raise GrouperError(
                 f"grouper plugin {name!r} ({plugin.value}) failed to load: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}",
+                argument="name",
             ) from exc
         if not callable(factory):
-            raise GrouperError(f"grouper plugin {name!r} ({plugin.value}) is not callable")
+            raise GrouperError(
+                f"grouper plugin {name!r} ({plugin.value}) is not callable", argument="name"
+            )
     grouper = _build("grouper", name, factory, options)
     if not callable(getattr(grouper, "group", None)):
-        raise GrouperError(f"grouper {name!r} has no group(tasks, metadata) method")
+        raise GrouperError(
+            f"grouper {name!r} has no group(tasks, metadata) method", argument="name"
+        )
     result: TaskNameGrouper = grouper
     return result
 
@@ -115,7 +128,8 @@ def get_ssp_grouper(name: str, **options: Any) -> SspGrouper:
     factory = BUILTIN_SSP_GROUPERS.get(name)
     if factory is None:
         raise UnknownGrouperError(
-            f"unknown SSP grouper {name!r}; known SSP groupers: {', '.join(ssp_grouper_names())}"
+            f"unknown SSP grouper {name!r}; known SSP groupers: {', '.join(ssp_grouper_names())}",
+            argument="name",
         )
     grouper: SspGrouper = _build("SSP grouper", name, factory, options)
     return grouper

@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from coordinator.cli import demo, dev, plan, run, show, spark, status
+from coordinator.cli import demo, dev, plan, repair, run, show, spark, status
 from coordinator.cli.common import report
 
 __all__ = ["build_parser", "main"]
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Host-affinity job coordinator for stateful pipelines on Spark.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (demo, dev, plan, run, spark, show, status):
+    for module in (demo, dev, plan, run, spark, show, status, repair):
         module.add_commands(subparsers)
     return parser
 

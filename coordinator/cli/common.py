@@ -28,6 +28,7 @@ import structlog
 
 from coordinator.config import ConfigError, JobConfig
 from coordinator.connection import client_from_config, store_from_config
+from coordinator.observability import silence_job_loggers
 from groupers import GrouperError
 from locality.providers import LocationError
 from metadata.errors import MetadataError
@@ -107,6 +108,7 @@ def quiet_logging() -> None:
             logger_factory=structlog.PrintLoggerFactory(sys.stderr),
             wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
         )
+        silence_job_loggers()  # they follow the job config's level, not the process's
     kazoo_logger = logging.getLogger("kazoo")
     if kazoo_logger.level == logging.NOTSET:
         kazoo_logger.setLevel(logging.CRITICAL)

@@ -57,6 +57,19 @@ def _string_map(document: Mapping[str, Any], key: str) -> dict[str, str]:
     return dict(value)
 
 
+def _id_map(document: Mapping[str, Any], key: str, values: str) -> dict[str, str]:
+    """An object of strings whose keys and values are ids (``values``: what a value is, in
+    errors): none empty, none with control characters, as the metadata store requires."""
+    mapping = _string_map(document, key)
+    for k, v in mapping.items():
+        if not k or not k.isprintable():
+            raise SnapshotError(f"{key}: {k!r} is not a usable id (empty or not printable)")
+        if not v or not v.isprintable():
+            what = "empty" if not v else "not printable"
+            raise SnapshotError(f"{key}.{k}: {values} {v!r} is {what}")
+    return mapping
+
+
 def _count_map(document: Mapping[str, Any], key: str) -> dict[str, int]:
     """An object of whole numbers >= 0 (``key`` names it in errors)."""
     value = document.get(key, {})
@@ -122,9 +135,11 @@ def load_snapshot(text: str) -> Snapshot:
         raise SnapshotError(f"version: expected a whole number >= 0, got {version!r}")
     try:
         metadata = GrouperMetadata(
-            processor_locality=_string_map(document, "processor_locality"),
-            task_locality=_string_map(document, "task_locality"),
-            previous_task_to_processor=_string_map(document, "previous_task_to_processor"),
+            processor_locality=_id_map(document, "processor_locality", "location id"),
+            task_locality=_id_map(document, "task_locality", "location id"),
+            previous_task_to_processor=_id_map(
+                document, "previous_task_to_processor", "processor id"
+            ),
             processor_capacity=_count_map(document, "processor_capacity"),
             task_state=_task_state(document),
         )

@@ -1,7 +1,9 @@
 """``affinity coordinator run`` and ``affinity processor run``: the long-running processes.
 
 ``coordinator run`` is one replica (run several: one leads) with ``/healthz``, ``/readyz`` and
-``/metrics`` on ``coordinator.http_port``. ``processor run`` is a sample processor: it logs what
+``/metrics`` on ``coordinator.http_port``. It builds its grouper first, in the worker process
+every rebalance uses: a grouper that cannot be built exits 2 with one line naming the key,
+before the replica connects to ZooKeeper. ``processor run`` is a sample processor: it logs what
 it runs and, with ``--status-file``, reports it as JSON (rewritten atomically on every change)
 and appends every start and stop to ``<status-file>.events`` (JSON lines), for tests and the
 demo. Both stop cleanly on SIGTERM or SIGINT.
@@ -28,8 +30,9 @@ from coordinator.cli.common import (
     starting,
     stop_on_signals,
 )
-from coordinator.config import load_config
-from coordinator.leader.service import CoordinatorService
+from coordinator.config import ConfigError, JobConfig, environment_name, load_config
+from coordinator.leader.grouper_worker import GrouperWorker
+from coordinator.leader.service import CoordinatorService, grouper_worker_for
 from coordinator.member.processor import ProcessorClient
 from coordinator.observability import CoordinatorMetrics, HealthServer, configure_logging
 from coordinator.status.page import status_routes
@@ -39,16 +42,35 @@ from metadata.model import TaskModel
 __all__ = ["add_commands"]
 
 
+def checked_grouper(config: JobConfig, source: str, metrics: CoordinatorMetrics) -> GrouperWorker:
+    """The job's grouper worker, started and its grouper built, as every rebalance builds it
+    (:meth:`GrouperWorker.check`); a grouper that cannot be built is a bad configuration:
+    :class:`ConfigError` naming the key (``grouper.name`` or ``grouper.options``) and where it
+    was set, before the replica connects or takes part in the election."""
+    worker = grouper_worker_for(config, metrics)
+    failure = worker.check()
+    if failure is None:
+        return worker
+    key = f"grouper.{failure.argument}"
+    env = environment_name("grouper", failure.argument)
+    where = f"the environment ({env})" if env else source
+    raise ConfigError(f"invalid configuration in {where}: {key}: {failure}")
+
+
 def run_coordinator(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     configure_logging(config.logging.format, config.logging.level)
     log = structlog.get_logger("affinity.coordinator")
     stop = stop_on_signals()
     metrics = CoordinatorMetrics()
+    worker = checked_grouper(config, str(args.config), metrics)
     with contextlib.ExitStack() as stack:
+        stack.callback(worker.close)
         with starting("coordinator run"):
             store = stack.enter_context(job_store(config))
-        service = CoordinatorService(config, store.client, store, metrics=metrics)
+        service = CoordinatorService(
+            config, store.client, store, metrics=metrics, grouper_worker=worker
+        )
         port = config.coordinator.http_port if args.http_port is None else args.http_port
         health = HealthServer(
             config.coordinator.http_host,

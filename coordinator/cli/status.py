@@ -6,7 +6,8 @@
 
 Who leads (which replica), the version in force and the latest one, the barrier's state, the
 processors on their location tree (zone/rack/host) with their task counts, and the last
-rebalances (trigger, outcome, tasks moved and kept local, the time of each phase). A table in a
+rebalances (trigger, outcome, tasks moved and kept local, the time of each phase; below it the
+notes, e.g. a model in force that could not be read and what replaced it). A table in a
 terminal (rich); ``--json`` prints the status document of :mod:`coordinator.status.data`. Nothing
 is written. Exit codes: 0 shown; 2 bad input (unusable config, no such job); 1 ZooKeeper
 unreachable, access denied or corrupt data. Errors are one line on stderr.
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -141,9 +143,23 @@ def _rebalances(document: dict[str, Any]) -> Table:
     return table
 
 
+def _notes(document: dict[str, Any]) -> str:
+    """What the history says besides its table (e.g. a model in force that could not be read
+    and what the leader fell back to), newest first."""
+    return "\n".join(
+        f"[bold]v{entry['version']}[/] {escape(entry['trigger'])}: {escape(entry['note'])}"
+        for entry in reversed(document["rebalances"])
+        if entry.get("note")
+    )
+
+
 def render(document: dict[str, Any]) -> list[Any]:
-    """The rich renderables of a status document: the summary, the location tree, the table."""
+    """The rich renderables of a status document: the summary, the location tree, the table
+    and its notes."""
     parts: list[Any] = [_summary(document), _tree(document)]
     if document["rebalances"]:
         parts.append(_rebalances(document))
+        notes = _notes(document)
+        if notes:
+            parts.append(notes)
     return parts

@@ -7,7 +7,12 @@ published. :class:`GrouperWorker` therefore runs it in a separate process:
 - the process is started once (``forkserver`` context, :mod:`groupers` preloaded, so a restart
   is a fork) and stays warm: a rebalance pays pickling its inputs and its answer, not a process
   start. It loads the grouper by name (``groupers.get_grouper(name, **options)``, plugins
-  included) or unpickles the instance it was given;
+  included) or unpickles the instance it was given. :meth:`GrouperWorker.check` starts it and
+  waits until the grouper is built: ``coordinator run`` calls it before it connects, so a
+  grouper that cannot be built (unknown name, options it does not take, a plugin missing or whose
+  constructor raises) is a bad configuration, reported as a :class:`LoadFailure` naming the
+  argument to blame; ``load_failure`` says why the last worker could not load it (the replica is
+  not ready meanwhile);
 - the job's tasks cross to the worker once (again only when they change) and the worker says
   when it holds them; that hand-over is ours, not the grouper's, and is not counted in the time
   limit (at 1,000,000 tasks it takes about 4 s here: :mod:`coordinator.leader.grouper_wire`);
@@ -58,11 +63,11 @@ from coordinator.leader.grouper_wire import (
     encode_metadata,
     encode_tasks,
 )
-from groupers import GrouperMetadata, TaskNameGrouper, get_grouper
+from groupers import GrouperError, GrouperMetadata, TaskNameGrouper, get_grouper
 from metadata.bulk import collector_paused
 from metadata.model import TaskModel
 
-__all__ = ["GrouperOutcome", "GrouperWorker"]
+__all__ = ["GrouperOutcome", "GrouperWorker", "LoadFailure"]
 
 #: Worker processes whose name starts so are started without the parent's ``__main__``.
 NO_MAIN_PREFIX = "affinity-grouper-"
@@ -96,8 +101,27 @@ class GrouperOutcome:
     seconds: float  # time the grouper took (up to the limit), start-up and task hand-over excluded
 
 
+@dataclass(frozen=True)
+class LoadFailure:
+    """Why a worker could not load its grouper, and which argument of ``get_grouper`` is to
+    blame (``"name"`` or ``"options"``: :attr:`groupers.GrouperError.argument`)."""
+
+    message: str
+    argument: str = "name"
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _load_failure(name: str, options: Mapping[str, Any], exc: BaseException) -> LoadFailure:
+    argument = getattr(exc, "argument", None) or ("options" if options else "name")
+    if isinstance(exc, GrouperError):  # its message names the grouper already
+        return LoadFailure(str(exc), argument)
+    return LoadFailure(f"loading grouper {name!r}: {_describe(exc)}", argument)
 
 
 def _process_name(name: str, instance: object) -> str:
@@ -112,8 +136,8 @@ def _serve(conn: Connection, name: str, options: Mapping[str, Any], instance: ob
     """The worker process: load the grouper, say ready, then answer requests until None."""
     try:
         grouper: Any = instance if instance is not None else get_grouper(name, **options)
-    except BaseException as exc:  # reported to the coordinator, which restarts us later
-        conn.send(("failed", f"loading grouper {name!r}: {_describe(exc)}"))
+    except BaseException as exc:  # reported to the coordinator (at start-up: exit 2)
+        conn.send(("failed", _load_failure(name, options, exc)))
         return
     conn.send(("ready", None))
     tasks: tuple[TaskModel, ...] = ()
@@ -167,6 +191,8 @@ class GrouperWorker:
         self._ready = False
         self._tasks_sent: tuple[TaskModel, ...] | None = None  # what this worker holds
         self._known: dict[str, TaskModel] = {}
+        #: why the last worker could not load its grouper (None: it could, or none started yet)
+        self.load_failure: LoadFailure | None = None
 
     @property
     def pid(self) -> int | None:
@@ -191,12 +217,26 @@ class GrouperWorker:
         if self._on_start is not None:
             self._on_start()
 
+    def check(self) -> LoadFailure | None:
+        """Start the worker (if none runs) and wait until it has built its grouper, as every
+        run does: the coordinator's start-up check (a grouper that cannot be built is a bad
+        configuration). None when it is ready (and stays warm); else why not, the worker gone."""
+        self.start()
+        failed = self._await_ready()
+        if failed is None:
+            return None
+        return self.load_failure or LoadFailure(failed)
+
     def _await_ready(self) -> str | None:
         """Wait for a started worker to load its grouper; an error string if it failed."""
         if self._ready:
             return None
         failed = self._exchange(None, "ready", START_TIMEOUT_S, "start")
         self._ready = failed is None
+        if failed is None:
+            self.load_failure = None
+        elif self.load_failure is None or self.load_failure.message != failed:
+            self.load_failure = LoadFailure(failed)  # did not start, or died while loading
         return failed
 
     def run(
@@ -270,6 +310,8 @@ class GrouperWorker:
             return self._died()
         if kind != expected:
             self.close()
+            if isinstance(detail, LoadFailure):
+                self.load_failure = detail
             return str(detail)
         return None
 

@@ -96,6 +96,7 @@ class RebalanceRecorder:
             phases=phases,
             leader=self.leader,
             epoch=epoch,
+            note=cause.note if cause is not None else "",
         )
 
     def decided(self, action: MarkBarrier, *, epoch: LeaderEpoch, log: Any) -> None:

@@ -9,6 +9,7 @@ from coordinator.protocol.leader import LeaderMachine
 from coordinator.protocol.leader_events import (
     Action,
     GrouperFailed,
+    InForceUnreadable,
     MarkBarrier,
     ModelRefused,
     ProcessorBenched,
@@ -44,6 +45,17 @@ def report(
             misses=action.misses,
             seconds=round(action.until - now, 1),
         )
+    elif isinstance(action, InForceUnreadable):
+        metrics.unreadable_recoveries.labels(fallback=str(action.recovery)).inc()
+        metrics.unreadable_model.set(1)
+        log.error(
+            "coordinator.model_in_force_unreadable",
+            nodes=[u.node for u in action.unreadable],
+            problems=[u.problem for u in action.unreadable],
+            fallback_version=action.fallback,
+            recovery=str(action.recovery),
+            note=action.note,
+        )
     elif isinstance(action, ProcessorReadmitted):
         metrics.processors_benched.set(len(core.bench.until))
         log.info(
@@ -68,6 +80,8 @@ def report_published(action: PublishJobModel, metrics: CoordinatorMetrics, log: 
     """Count and log a published version: what moved and the locality kept."""
     metrics.rebalances.inc()
     metrics.tasks_moved.inc(action.moved)
+    if action.repair:
+        metrics.unreadable_model.set(0)
     if action.with_locality:
         metrics.locality_kept_ratio.set(action.locality_kept / action.with_locality)
     log.info(
@@ -77,4 +91,5 @@ def report_published(action: PublishJobModel, metrics: CoordinatorMetrics, log: 
         moved=action.moved,
         locality_kept=action.locality_kept,
         with_locality=action.with_locality,
+        **({"replaces_unreadable": True} if action.repair else {}),
     )

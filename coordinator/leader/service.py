@@ -78,7 +78,20 @@ from metadata.errors import MetadataError
 from metadata.model import BarrierState
 from metadata.zk import FencedOut, UnsafeAcl, ZkMetadataStore
 
-__all__ = ["CoordinatorService", "job_tasks", "settings_from_config"]
+__all__ = ["CoordinatorService", "grouper_worker_for", "job_tasks", "settings_from_config"]
+
+
+def grouper_worker_for(
+    config: JobConfig, metrics: CoordinatorMetrics, instance: TaskNameGrouper | None = None
+) -> GrouperWorker:
+    """The worker process that builds and runs the job's grouper (``config.grouper``), or the
+    ``instance`` given, counting its starts."""
+    return GrouperWorker(
+        config.grouper.name,
+        config.grouper.options,
+        instance=instance,
+        on_start=metrics.grouper_worker_restarts.inc,
+    )
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,7 @@ class CoordinatorService:
         *,
         metrics: CoordinatorMetrics | None = None,
         grouper: TaskNameGrouper | None = None,
+        grouper_worker: GrouperWorker | None = None,
         identifier: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -114,12 +128,8 @@ class CoordinatorService:
         self.store = store
         self.metrics = metrics or CoordinatorMetrics()
         self.grouper_name = config.grouper.name
-        self.grouper = GrouperWorker(
-            config.grouper.name,
-            config.grouper.options,
-            instance=grouper,
-            on_start=self.metrics.grouper_worker_restarts.inc,
-        )
+        # ``grouper_worker``: one started (and checked) already, by coordinator run.
+        self.grouper = grouper_worker or grouper_worker_for(config, self.metrics, grouper)
         self.grouper_timeout_s = config.grouper.timeout_ms / 1000
         self.backoff_max_s = BACKOFF_MAX_S
         self.identifier = identifier or f"{socket.gethostname()}-{id(self):x}"
@@ -147,9 +157,10 @@ class CoordinatorService:
         return self._leading.is_set()
 
     def ready(self) -> bool:
-        """Connected to ZooKeeper and taking part in the election: false while the replica backs
-        off after a failure, until it leads or its contender node exists again."""
-        if not self._connected.is_set():
+        """Connected to ZooKeeper and taking part in the election, with a grouper it can build:
+        false while the replica backs off after a failure, until it leads or its contender node
+        exists again, and while its grouper's last worker could not load the grouper."""
+        if not self._connected.is_set() or self.grouper.load_failure is not None:
             return False
         if self._failing is not None:
             election = self._election
@@ -381,6 +392,7 @@ class CoordinatorService:
             base=action.base,  # who loses a task against it: the others may join at once
             losing=action.losing,
             gaining=action.gaining,  # the others keep their container: they read none
+            over_corrupt_pointer=action.repair,  # it replaces a model that could not be read
         )
         self.rebalances.published(action, time.perf_counter() - started)
         self._watch_barrier(version)

@@ -43,7 +43,10 @@ Rebalance, step by step (the policies are in :mod:`coordinator.protocol.leader_p
    (:class:`ProcessorReadmitted`), so one silent processor cannot stall every rebalance.
 6. Once a barrier is decided, :class:`RemoveOldVersions` applies retention, never below the
    model in force (:func:`~coordinator.protocol.rules.retention_floor`).
-7. Probing (:mod:`coordinator.protocol.leader_probing`): with ``probing_interval_s`` set, a
+7. Recovery (:mod:`coordinator.protocol.leader_recovery`): a new leader that could not read the
+   model in force or the version pointer falls back to the newest model that reads clean (or
+   none) and owes a new version (trigger ``model in force unreadable``, :class:`InForceUnreadable`).
+8. Probing (:mod:`coordinator.protocol.leader_probing`): with ``probing_interval_s`` set, a
    model that comes into force (DONE), or an answer found equal to the model in force, is
    rechecked (:class:`RunRecheck`, answered by :class:`RecheckFinished`): after the barrier,
    so the second grouper run never delays a publish or a DONE. A model that is not the
@@ -77,6 +80,7 @@ from coordinator.protocol.leader_events import (
     Event,
     GrouperFailed,
     GrouperFinished,
+    InForceUnreadable,
     LeadershipGained,
     LeadershipLost,
     LeaderState,
@@ -105,6 +109,7 @@ from coordinator.protocol.leader_policy import (
     publish_action,
     task_locations,
 )
+from coordinator.protocol.leader_recovery import Repair, repair_for
 from coordinator.protocol.leader_timers import LeaderTimers
 from coordinator.protocol.leader_trigger import RebalanceCause, rebalance_cause
 from coordinator.protocol.rules import retention_floor, tasks_match
@@ -145,6 +150,8 @@ class LeaderMachine(LeaderTimers):
     probe_at: float | None = None  # when the next probing rebalance is due
     #: the model in force whose recheck is asked (RunRecheck) and what its answer was given
     rechecking: tuple[int, GrouperMetadata] | None = None
+    #: the model in force (or the version pointer) could not be read: a new version is owed
+    repair: Repair | None = None
     clock: float = -math.inf  # the latest time handled: the machine's time never goes back
 
     def __post_init__(self) -> None:
@@ -195,7 +202,10 @@ class LeaderMachine(LeaderTimers):
             actions = self._barrier(event)
             return actions + self._tick(event.now)
         elif isinstance(event, GrouperFinished):
-            return self._grouper_finished(event) + self._tick(event.now)
+            actions = self._grouper_finished(event)
+            if self.repair is not None and self.pending is None and self.running is None:
+                self._dirty(event.now)  # the repair is still owed: try again after the debounce
+            return actions + self._tick(event.now)
         elif isinstance(event, Published):
             return self._published(event)
         elif isinstance(event, RecheckFinished):
@@ -215,6 +225,7 @@ class LeaderMachine(LeaderTimers):
         self.bench.clear()
         self.retry, self.running_cause = False, None
         self.probing, self.probe_at, self.rechecking = False, None, None
+        self.repair = None
 
     def _gain(self, event: LeadershipGained) -> list[Action]:
         self._reset()
@@ -227,8 +238,12 @@ class LeaderMachine(LeaderTimers):
         self.latest_version = max(
             event.latest.version if event.latest else 0,
             event.in_force.version if event.in_force else 0,
+            event.version_floor,
         )
-        actions: list[Action] = []
+        # Unreadable models (coordinator.protocol.leader_recovery): a new version is owed.
+        self.repair = repair_for(event.unreadable, event.in_force)
+        actions: list[Action] = [InForceUnreadable.of(self.repair)] if self.repair else []
+        actions += [MarkBarrier(v, BarrierState.TIMED_OUT, 0.0) for v in event.abandoned]
         latest = event.latest
         if (
             latest is not None
@@ -244,10 +259,12 @@ class LeaderMachine(LeaderTimers):
             actions += self._barrier(
                 BarrierUpdated(event.now, latest.version, event.latest_participants)
             )
+        in_force, repair = self.in_force, self.repair is not None
         if (
-            self.in_force is None
-            or set(self.in_force.containers) != set(self.processors)
-            or not tasks_match(self.in_force, event.tasks)
+            repair
+            or in_force is None
+            or set(in_force.containers) != set(self.processors)
+            or not tasks_match(in_force, event.tasks)
         ):
             self.dirty_since = self.last_change = event.now
         self._note_vanished(event.now)
@@ -279,6 +296,8 @@ class LeaderMachine(LeaderTimers):
         if pending.expected <= pending.joined:
             self.pending = None
             self.in_force = pending.model
+            if self.repair is not None and pending.model.version > self.repair.above:
+                self.repair = None  # a version above everything unreadable is in force
             self.probe_at = None
             recheck = self._recheck(pending.model, pending.metadata)
             # The processors now write their tasks' locations (I4): the same as the model's.
@@ -312,7 +331,7 @@ class LeaderMachine(LeaderTimers):
         candidate = JobModel(self.latest_version + 1, FrozenMap(containers), FrozenMap(self.config))
         in_force = self.in_force
         unchanged = in_force is not None and candidate.same_assignment(in_force)
-        if unchanged and in_force is not None and self.latest_version == in_force.version:
+        if unchanged and in_force is not None and not self._owed(in_force):
             # Still as the grouper wants it? Recheck the model in force against this question.
             recheck = self._recheck(in_force, metadata)
             return [RebalanceSkipped("the new assignment equals the model in force"), *recheck]
@@ -320,6 +339,11 @@ class LeaderMachine(LeaderTimers):
             assert in_force is not None
             return [ModelRefused(event.request, drop_all_reason(in_force, candidate))]
         return [self._publish(candidate, metadata, event.now, cause)]
+
+    def _owed(self, in_force: JobModel) -> bool:
+        """A new version is owed even if it equals ``in_force``: a newer version timed out since
+        (processors may have stopped tasks for it), or a repair is (leader_recovery)."""
+        return self.latest_version != in_force.version or self.repair is not None
 
     def _publish(
         self,
@@ -332,10 +356,11 @@ class LeaderMachine(LeaderTimers):
         # No deadline until the adapter reports the publish done (``Published``).
         expected = frozenset(candidate.containers)
         self.pending = PendingBarrier(candidate, expected, math.inf, now, metadata=metadata)
-        action = publish_action(
-            candidate, self.in_force, metadata, self.processors, self.task_locality
-        )
-        return replace(action, cause=cause.answered(now) if cause else None)
+        repair, self.repair = self.repair is not None, None
+        # A repair is planned against nothing: processors may run the version that is unreadable.
+        base = None if repair else self.in_force
+        action = publish_action(candidate, base, metadata, self.processors, self.task_locality)
+        return replace(action, cause=cause.answered(now) if cause else None, repair=repair)
 
     def _published(self, event: Published) -> list[Action]:
         pending = self.pending

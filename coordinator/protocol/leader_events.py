@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from coordinator.protocol.leader_recovery import Recovery, Repair, Unreadable
 from coordinator.protocol.leader_trigger import RebalanceCause, Trigger
 from groupers import GrouperMetadata
 from metadata.model import BarrierState, JobModel, TaskModel
@@ -20,6 +21,7 @@ __all__ = [
     "Event",
     "GrouperFailed",
     "GrouperFinished",
+    "InForceUnreadable",
     "LeadershipGained",
     "LeaderState",
     "LeadershipLost",
@@ -72,7 +74,12 @@ class CoordinatorSettings:
 @dataclass(frozen=True)
 class LeadershipGained:
     """This replica leads. ``latest`` is the newest published model (any barrier state),
-    ``latest_barrier`` its barrier state, ``in_force`` the newest model whose barrier is DONE."""
+    ``latest_barrier`` its barrier state, ``in_force`` the newest model whose barrier is DONE
+    that reads clean. ``unreadable``: what the adapter could not read (the version pointer, the
+    latest version, newer DONE versions: :mod:`coordinator.protocol.leader_recovery`);
+    ``version_floor``: the highest version number stored (new versions go above it);
+    ``abandoned``: versions whose barrier is NEW but whose model could not be read (nobody can
+    see them through: the leader times them out)."""
 
     now: float
     processors: Mapping[str, str]
@@ -85,6 +92,9 @@ class LeadershipGained:
     # The job's task names now (None: not known). A model in force over other tasks (a Kafka
     # partition added, an input changed) is replaced, as a membership change would be.
     tasks: frozenset[str] | None = None
+    unreadable: tuple[Unreadable, ...] = ()
+    version_floor: int = 0
+    abandoned: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -201,6 +211,9 @@ class PublishJobModel:
     cause: RebalanceCause | None = None  # why, and the phases before it (rebalance history)
     #: processors given a task against ``base`` (None: not said; the others read nothing)
     gaining: frozenset[str] | None = None
+    #: it replaces a model in force that could not be read (no ``base``; the version pointer
+    #: may be overwritten even if it is corrupt: coordinator.protocol.leader_recovery)
+    repair: bool = False
 
 
 @dataclass(frozen=True)
@@ -221,6 +234,22 @@ class RemoveOldVersions:
 @dataclass(frozen=True)
 class ModelInForce:
     model: JobModel
+
+
+@dataclass(frozen=True)
+class InForceUnreadable:
+    """(Told once, on gaining leadership) the model in force, or the version pointer, could not
+    be read: the leader recovers as ``recovery`` says (from version ``fallback``, or from
+    scratch) and publishes a new version; ``note`` says it in one line."""
+
+    unreadable: tuple[Unreadable, ...]
+    recovery: Recovery
+    fallback: int | None
+    note: str
+
+    @classmethod
+    def of(cls, repair: Repair) -> InForceUnreadable:
+        return cls(repair.unreadable, repair.recovery, repair.fallback, repair.note)
 
 
 @dataclass(frozen=True)
@@ -276,6 +305,7 @@ Action = (
     | ModelRefused
     | ProcessorBenched
     | ProcessorReadmitted
+    | InForceUnreadable
 )
 
 

@@ -6,17 +6,19 @@ starts the grouper, and carries the answer on
 :class:`~coordinator.protocol.leader_events.PublishJobModel`; the adapter writes it into the
 rebalance history. The first matching row of :data:`TRIGGER_RULES` wins:
 
-=====================  ============================================================
-trigger                when
-=====================  ============================================================
-``barrier timed out``  the previous barrier timed out: this run is its retry
-``first model``        no model is in force yet
-``grace ended``        a vanished processor's grace period expired
-``processors gone``    processors of the model in force vanished (and none is new)
-``processors new``     processors appeared (and none of the model in force vanished)
-``processors changed``  both at once
-``assignment changed``  none of the above (e.g. the task set changed)
-=====================  ============================================================
+=============================  ============================================================
+trigger                        when
+=============================  ============================================================
+``model in force unreadable``  a new leader could not read the model in force or the version
+                               pointer (:mod:`coordinator.protocol.leader_recovery`)
+``barrier timed out``          the previous barrier timed out: this run is its retry
+``first model``                no model is in force yet
+``grace ended``                a vanished processor's grace period expired
+``processors gone``            processors of the model in force vanished (and none is new)
+``processors new``             processors appeared (and none of the model in force vanished)
+``processors changed``         both at once
+``assignment changed``         none of the above (e.g. the task set changed)
+=============================  ============================================================
 
 ``probing`` and ``inherited`` are never chosen here: ``probing`` names the follow-up
 rebalances the leader machine runs while the model in force is not the grouper's final answer
@@ -35,11 +37,13 @@ from metadata.model import JobModel
 
 if TYPE_CHECKING:
     from coordinator.protocol.leader_events import CoordinatorSettings
+    from coordinator.protocol.leader_recovery import Repair
 
 __all__ = ["TRIGGER_RULES", "RebalanceCause", "Trigger", "rebalance_cause"]
 
 
 class Trigger(StrEnum):
+    UNREADABLE = "model in force unreadable"
     BARRIER_TIMED_OUT = "barrier timed out"
     FIRST_MODEL = "first model"
     GRACE_ENDED = "grace ended"
@@ -61,6 +65,7 @@ class RebalanceCause:
     started: float
     debounce_s: float
     grouper_s: float | None = None
+    note: str = ""  # more about it, in one line (what could not be read)
 
     def answered(self, now: float) -> RebalanceCause:
         return replace(self, grouper_s=max(0.0, now - self.started))
@@ -68,6 +73,7 @@ class RebalanceCause:
 
 @dataclass(frozen=True)
 class _Facts:
+    unreadable: bool  # a new leader could not read the model in force or the pointer
     retry: bool  # the previous barrier timed out
     first: bool  # no model in force
     grace_ended: bool  # a vanished processor's grace expired
@@ -77,6 +83,7 @@ class _Facts:
 
 #: (trigger, condition) in order of priority; the first condition that holds names the trigger.
 TRIGGER_RULES: tuple[tuple[Trigger, Callable[[_Facts], bool]], ...] = (
+    (Trigger.UNREADABLE, lambda f: f.unreadable),
     (Trigger.BARRIER_TIMED_OUT, lambda f: f.retry),
     (Trigger.FIRST_MODEL, lambda f: f.first),
     (Trigger.GRACE_ENDED, lambda f: f.grace_ended),
@@ -94,6 +101,7 @@ class _Job(Protocol):
     processors: dict[str, str]
     dirty_since: float | None
     retry: bool
+    repair: Repair | None
 
     @property
     def settings(self) -> CoordinatorSettings: ...
@@ -107,6 +115,7 @@ def rebalance_cause(now: float, job: _Job, vanished_since: Collection[float]) ->
     in_force = job.in_force.containers if job.in_force is not None else None
     grace = job.settings.processor_grace_s
     facts = _Facts(
+        unreadable=job.repair is not None,
         retry=job.retry,
         first=in_force is None,
         grace_ended=grace > 0 and any(since + grace <= now for since in vanished_since),
@@ -116,4 +125,5 @@ def rebalance_cause(now: float, job: _Job, vanished_since: Collection[float]) ->
     trigger = next(t for t, holds in TRIGGER_RULES if holds(facts))
     since = job.dirty_since
     waited = 0.0 if job.retry or since is None else max(0.0, now - since)
-    return RebalanceCause(trigger, now, waited)
+    note = job.repair.note if trigger is Trigger.UNREADABLE and job.repair is not None else ""
+    return RebalanceCause(trigger, now, waited, note=note)

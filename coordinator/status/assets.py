@@ -137,7 +137,8 @@ function draw(s) {
         h => el("th", {class: "num"}, h)));
   const body = rebalances.map(r => el("tr", {"data-version": r.version},
     el("td", {}, r.version), el("td", {}, new Date(r.decided_at * 1000).toLocaleString()),
-    el("td", {}, r.trigger), el("td", {class: r.outcome}, r.outcome),
+    el("td", r.note ? {title: r.note} : {}, r.trigger + (r.note ? " *" : "")),
+    el("td", {class: r.outcome}, r.outcome),
     el("td", {class: "num moved"}, r.moved),
     el("td", {class: "num"}, r.with_locality ? r.kept_local + "/" + r.with_locality : "-"),
     ...["debounce", "grouper", "publish", "barrier"].map(

@@ -34,6 +34,7 @@ from urllib.parse import quote, unquote
 from metadata.errors import CorruptDataError
 
 __all__ = [
+    "RESERVED_ROOT",
     "JobLayout",
     "checkpoint_name",
     "decode_name",
@@ -41,7 +42,11 @@ __all__ = [
     "parse_checkpoint_name",
     "parse_int_name",
     "processor_sequence",
+    "root_problem",
 ]
+
+#: ZooKeeper's own tree (quotas, the dynamic configuration): no job may live under it.
+RESERVED_ROOT = "/zookeeper"
 
 PROCESSOR_PREFIX = "processor-"
 BARRIER_PREFIX = "barrier_"
@@ -117,6 +122,25 @@ def parse_checkpoint_name(node_name: str, path: str) -> tuple[str, str, int]:
     return system, stream, partition
 
 
+def root_problem(path: str) -> str | None:
+    """What is wrong with ``path`` as a ZooKeeper folder for jobs (None: nothing): it must be an
+    absolute path without a trailing slash, empty segments, ``.`` or ``..`` segments or control
+    characters, and not ZooKeeper's reserved tree (:data:`RESERVED_ROOT`, or below it)."""
+    if not path.startswith("/") or (len(path) > 1 and path.endswith("/")):
+        return "must be an absolute path without a trailing slash, like /affinity"
+    segments = path.split("/")[1:] if path != "/" else []
+    if any(segment in ("", ".", "..") for segment in segments):
+        return "must not have empty, '.' or '..' segments, like /affinity/jobs"
+    if not path.isprintable():
+        return "must not hold control characters"
+    if path == RESERVED_ROOT or path.startswith(RESERVED_ROOT + "/"):
+        return (
+            f"{RESERVED_ROOT} is ZooKeeper's reserved tree (quotas, configuration);"
+            " use another root, like /affinity"
+        )
+    return None
+
+
 def processor_sequence(node_name: str) -> int | None:
     """The sequence number of a ``processor-<seq>`` node name, or None if it is not one."""
     match = _SEQUENCE.match(node_name)
@@ -130,9 +154,11 @@ class JobLayout:
     folder: str
 
     def __post_init__(self) -> None:
-        if not self.folder.startswith("/") or self.folder == "/" or self.folder.endswith("/"):
+        problem = None if self.folder == "/" else root_problem(self.folder)
+        if self.folder == "/" or problem is not None:
             raise ValueError(
-                f"job folder must be an absolute path like /affinity/job-1, got {self.folder!r}"
+                f"job folder must be an absolute path like /affinity/job-1 ({problem or 'not /'}),"
+                f" got {self.folder!r}"
             )
 
     @property

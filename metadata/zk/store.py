@@ -38,7 +38,7 @@ from kazoo.client import KazooClient
 from kazoo.security import Permissions
 
 from metadata.zk.client import ancestor_acl, describe_acl, foreign_rights, job_acl
-from metadata.zk.errors import UnsafeAcl
+from metadata.zk.errors import TransactionRejected, UnsafeAcl
 from metadata.zk.layout import JobLayout
 from metadata.zk.ops import SAFE_REQUEST_BYTES, ZkOps
 from metadata.zk.recipe.barriers import Barriers
@@ -49,6 +49,7 @@ from metadata.zk.recipe.jobmodels import JobModelStore
 from metadata.zk.recipe.locality import TaskLocalityStore
 from metadata.zk.recipe.processors import ProcessorRegistry
 from metadata.zk.recipe.standby_lag import StandbyLagStore
+from metadata.zk.transaction import Op
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -235,6 +236,36 @@ class ZkMetadataStore:
         connected server catches up with the ZooKeeper leader first). Use it before a read
         that decides on the latest state without a write of this client just before it."""
         self._ops.sync(self.layout.folder, "sync with the ZooKeeper leader")
+
+    def read_node(self, path: str) -> tuple[bytes, int] | None:
+        """The data and znode version of ``path`` (None: no such node), for tools that look at
+        a node whatever it holds (``affinity repair``)."""
+        found = self._ops.get(path, "read node")
+        return None if found is None else (found[0], found[1].version)
+
+    def remove_unusable(self, path: str, *, zversion: int, what: str) -> bool:
+        """Delete ``path`` of this job, with what is under it, in one transaction, if the node
+        is still at znode version ``zversion`` (as a reader found it unusable): an operator's
+        repair (``affinity repair --apply``). False if it changed or went meanwhile (nothing is
+        deleted then). Not fenced by the leader epoch: it removes only what no reader can use.
+        """
+        if path != self.layout.folder and not path.startswith(self.layout.folder + "/"):
+            raise ValueError(f"{path} is not in the job's folder {self.layout.folder}")
+        ops: list[Op] = []
+
+        def below(node: str) -> None:
+            for child in sorted(self._ops.children(node, f"{what}: list") or []):
+                below(f"{node}/{child}")
+                ops.append(Op("delete", f"{node}/{child}"))
+
+        below(path)
+        ops.append(Op("delete", path, version=zversion))
+        try:
+            self._ops.commit(ops, what)
+        except TransactionRejected:
+            return False
+        self._ops.log.warning("zk.unusable_node_removed", node=path, nodes=len(ops))
+        return True
 
     def job_exists(self) -> bool:
         """True if the job folder exists (readers use this to tell 'no such job')."""

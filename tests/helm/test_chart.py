@@ -748,7 +748,10 @@ def test_default_config_loads_with_load_config(helm: str, tmp: Path) -> None:
     assert config.coordinator.http_port == 8080
     assert config.logging.format == "json"
     assert [(i.system, i.stream, i.partitions) for i in config.inputs] == [("kafka", "events", 16)]
-    # The chart's defaults are the CLI's defaults (except what a pod needs: JSON logs).
+    # The chart's defaults are the CLI's defaults, except what a pod needs: JSON logs, and the
+    # listener on every interface (the CLI's default is loopback: the kubelet's probes and
+    # Prometheus come to the pod's address).
+    assert config.coordinator.http_host == "0.0.0.0"
     cli_defaults = load_config(
         data={
             "job": {"name": "clicks"},
@@ -756,7 +759,10 @@ def test_default_config_loads_with_load_config(helm: str, tmp: Path) -> None:
         },
         environ={},
     )
-    for section in ("coordinator", "grouper", "ssp_grouper"):
+    assert cli_defaults.coordinator.http_host == "127.0.0.1"
+    chart = config.coordinator.model_copy(update={"http_host": "127.0.0.1"})
+    assert chart == cli_defaults.coordinator
+    for section in ("grouper", "ssp_grouper"):
         assert getattr(config, section) == getattr(cli_defaults, section), section
     assert config.zookeeper.root == cli_defaults.zookeeper.root
     assert config.zookeeper.session_timeout_ms == cli_defaults.zookeeper.session_timeout_ms
@@ -785,6 +791,7 @@ def test_custom_config_loads_with_load_config(helm: str, tmp: Path) -> None:
     assert config.coordinator.processor_grace_ms == 120000
     assert config.coordinator.retention == 5
     assert config.coordinator.http_port == 9090
+    assert config.coordinator.http_host == "0.0.0.0"  # kept when other keys are overridden
     assert config.coordinator.probing_rebalance_interval_ms == 30000
     assert config.logging.level == "debug"
 
@@ -896,6 +903,9 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("job-id-number", {"config": {"job": {"id": 1}}}, "config.job.id"),
     ("job-name-bad", {"config": {"job": {"name": "my job"}}}, "config.job.name"),
     ("zk-root-relative", {"config": {"zookeeper": {"root": "affinity"}}}, "root"),
+    ("zk-root-reserved", {"config": {"zookeeper": {"root": "/zookeeper"}}}, "root"),
+    ("zk-root-under-reserved", {"config": {"zookeeper": {"root": "/zookeeper/a"}}}, "root"),
+    ("zk-root-empty-segment", {"config": {"zookeeper": {"root": "/a//b"}}}, "root"),
     (
         "session-timeout-too-long",
         {"config": {"zookeeper": {"session_timeout_ms": 600001}}},

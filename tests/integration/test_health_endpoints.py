@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from slowclients import SlowClients, probe
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
@@ -162,6 +163,8 @@ def test_health_ready_and_metrics(
         ("coordinator: {debounce_ms: -5}\n", "coordinator.debounce_ms"),
         ("coordinator: {debounce_ms: true}\n", "coordinator.debounce_ms"),
         ("zookeeper: {session_timeout_ms: ten}\n", "zookeeper.session_timeout_ms"),
+        ("zookeeper: {root: /zookeeper}\n", "zookeeper.root: Value error, /zookeeper is"),
+        ("zookeeper: {root: /zookeeper/jobs}\n", "zookeeper.root: Value error, /zookeeper is"),
     ],
 )
 def test_a_bad_config_exits_2_naming_the_key(tmp_path: Path, extra: str, key: str) -> None:
@@ -272,3 +275,58 @@ def test_a_replica_under_300_held_connections(
     wait_for(head_ok, 20, "HEAD /healthz 200")
     assert popen.poll() is None
     assert "Traceback" not in log.read_text()
+
+
+def listening_addresses(pid: int, port: int) -> set[str]:
+    """The local addresses process ``pid`` listens on at ``port`` (from /proc: TCP and TCP6)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        for line in path.read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # LISTEN
+                if table == "tcp":
+                    found.add(socket.inet_ntop(socket.AF_INET, bytes.fromhex(address)[::-1]))
+                else:
+                    found.add(f"ipv6:{address}")
+    return found
+
+
+def test_the_default_listener_is_loopback_only(
+    zk_server: ZooKeeperServer, processes: Processes, tmp_path: Path
+) -> None:
+    """Issue 28 item 2: the endpoints listened on every interface by default. Without
+    ``coordinator.http_host`` a replica now listens on 127.0.0.1 only (the chart sets 0.0.0.0)."""
+    text = write_config(tmp_path / "job.yaml", zk_server.hosts).read_text()
+    path = tmp_path / "default-host.yaml"
+    path.write_text(text.replace(" http_host: 127.0.0.1,", ""))
+    assert "http_host" not in path.read_text()
+    popen, log = processes.start("coordinator-0", "coordinator", "run", "--config", str(path))
+    port = processes.http_port(popen, log)
+    assert listening_addresses(popen.pid, port) == {"127.0.0.1"}
+    assert get(port, "/healthz") == (200, "ok\n")
+
+
+@pytest.mark.parametrize("clients", [4, 40])
+def test_a_replica_answers_its_probes_under_slow_clients(
+    zk_server: ZooKeeperServer, processes: Processes, tmp_path: Path, clients: int
+) -> None:
+    """Issue 28 item 2, on the real process: with 4 (or 40) clients holding unfinished requests
+    and reopening them when dropped, /healthz and /readyz (3 s timeout, as the chart's probes)
+    are answered every time. Before: 4 such clients failed /healthz 8 times in 10, 40 every time
+    (with failureThreshold 3 the kubelet restarted the leader)."""
+    config = str(write_config(tmp_path / "job.yaml", zk_server.hosts))
+    popen, log = processes.start("coordinator-0", "coordinator", "run", "--config", config)
+    port = processes.http_port(popen, log)
+    wait_for(lambda: get(port, "/readyz")[0] == 200, 20, "readiness")
+    with SlowClients(port, clients) as slow:
+        time.sleep(1.5)
+        results = []
+        for _ in range(10):
+            results += [probe(port, "/healthz"), probe(port, "/readyz")]
+            time.sleep(0.3)
+        assert slow.opened >= clients
+    print(f"{clients} slow clients: probe seconds {sorted(round(s, 3) for _, s in results)}")
+    assert [status for status, _ in results] == [200] * 20, results
+    assert popen.poll() is None

@@ -215,3 +215,49 @@ def test_plan_shows_standbys_and_reads_capacity_and_task_state(
     assert len(containers["p-1"].tasks) == 2  # capacity 2 of 4: two of the four tasks
     assert main(args[:-2]) == 0
     assert "standbys       0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            {"tasks": ["a"], "processor_locality": {"p-1": ""}},
+            "processor_locality.p-1: location id '' is empty",
+        ),
+        (
+            {"tasks": ["a"], "processor_locality": {"p-1": "h"}, "task_locality": {"a": ""}},
+            "task_locality.a: location id '' is empty",
+        ),
+        (
+            {"tasks": ["a"], "processor_locality": {"p-1": "h\n"}},
+            "processor_locality.p-1: location id 'h\\n' is not printable",
+        ),
+        (
+            {"tasks": ["a"], "processor_locality": {"": "h"}},
+            "processor_locality: '' is not a usable id (empty or not printable)",
+        ),
+        (
+            {
+                "tasks": ["a"],
+                "processor_locality": {"p-1": "h"},
+                "previous_task_to_processor": {"a": ""},
+            },
+            "previous_task_to_processor.a: processor id '' is empty",
+        ),
+    ],
+    ids=["processor-location", "task-location", "control-character", "processor-id", "previous"],
+)
+def test_an_empty_location_or_processor_id_is_one_line_exit_2(
+    tmp_path: Path, content: object, message: str
+) -> None:
+    """Issue 28 item 4: ``affinity plan`` planned for a processor at location ``""`` (which the
+    metadata store refuses to register or record). A real process: one line naming the key."""
+    command = ["plan", "--grouper", "host-affinity", "--input", write(tmp_path, content)]
+    affinity = Path(sys.executable).with_name("affinity")
+    proc = subprocess.run(
+        [str(affinity), *command], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"affinity: error: plan: {message}"], proc.stderr
+    assert proc.stdout == ""

@@ -304,6 +304,10 @@ def test_loads_do_not_leak_into_each_other() -> None:
         (with_section("coordinator", debounce_msec=5), "coordinator.debounce_msec", "unknown key"),
         (with_section("zookeeper", root="affinity"), "zookeeper.root", "absolute path"),
         (with_section("zookeeper", root="/affinity/"), "zookeeper.root", "trailing slash"),
+        (with_section("zookeeper", root="/zookeeper"), "zookeeper.root", "reserved tree"),
+        (with_section("zookeeper", root="/zookeeper/jobs"), "zookeeper.root", "reserved tree"),
+        (with_section("zookeeper", root="/a//b"), "zookeeper.root", "empty, '.' or '..'"),
+        (with_section("zookeeper", root="/a/.."), "zookeeper.root", "empty, '.' or '..'"),
         (with_section("zookeeper", auth="userpassword"), "zookeeper.auth", "user:password"),
         (
             with_section("zookeeper", session_timeout_ms="soon"),

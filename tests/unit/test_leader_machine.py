@@ -8,10 +8,16 @@ processors go silent (registered, never joining a barrier), and checks invariant
 (the coordinator's side) and I5 after every step; that a barrier times out only a full barrier
 timeout after its publish completed, or at once when a processor it expects vanished before
 joining; and that a benched processor is named by no model published while it is benched.
+Stored data may go bad (a version's chunks or manifest, the version pointer): a new leader is
+told what it could not read, as the adapter reads it (``next_to_read``), and must fall back to
+the newest DONE model that reads clean (or none), rebalance with the trigger ``model in force
+unreadable`` and publish a new version above every stored one, planned against nothing, even
+when the grouper's answer equals the fallback.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -26,6 +32,7 @@ from coordinator.protocol.leader_events import (
     CoordinatorSettings,
     GrouperFailed,
     GrouperFinished,
+    InForceUnreadable,
     LeadershipGained,
     LeadershipLost,
     MarkBarrier,
@@ -43,6 +50,7 @@ from coordinator.protocol.leader_events import (
     ScheduleWakeup,
     TimePassed,
 )
+from coordinator.protocol.leader_recovery import Unreadable, next_to_read
 from coordinator.protocol.leader_trigger import Trigger
 from groupers import HostAffinityGrouper, validate
 from metadata.model import (
@@ -74,6 +82,8 @@ class Store:
 
     models: list[JobModel] = field(default_factory=list)
     barrier: dict[int, str] = field(default_factory=dict)
+    unreadable: set[int] = field(default_factory=set)  # versions whose data went bad
+    pointer_bad: bool = False  # jobModelVersion went bad (a publish rewrites it)
 
     def latest(self) -> JobModel | None:
         return self.models[-1] if self.models else None
@@ -81,6 +91,28 @@ class Store:
     def in_force(self) -> JobModel | None:
         done = [m for m in self.models if self.barrier.get(m.version) == BarrierState.DONE]
         return done[-1] if done else None
+
+    def read_as_a_new_leader(self) -> tuple[JobModel | None, JobModel | None, list[Unreadable]]:
+        """What the adapter reads (coordinator.leader.job_state): the latest model (None if it
+        or the pointer is unreadable), the newest DONE model that reads clean, and what could
+        not be read."""
+        found: list[Unreadable] = []
+        latest = self.latest()
+        if self.pointer_bad:
+            found.append(Unreadable(None, "jobModelVersion", "garbage"))
+            latest = None
+        elif latest is not None and latest.version in self.unreadable:
+            found.append(Unreadable(latest.version, f"jobModels/{latest.version}", "bad chunk"))
+            latest = None
+        states = {m.version: self.barrier.get(m.version) for m in self.models}
+        bad = {u.version for u in found if u.version is not None}
+        by_version = {m.version: m for m in self.models}
+        while (version := next_to_read(states, bad)) is not None:  # type: ignore[arg-type]
+            if version not in self.unreadable:
+                return latest, by_version[version], found
+            found.append(Unreadable(version, f"jobModels/{version}", "bad manifest"))
+            bad.add(version)
+        return latest, None, found
 
 
 class RaisingIterable:
@@ -145,6 +177,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.recheck_raced = False
         self.late: list[object] = []
         self.settle_point = 0.0  # the last DONE, grouper answer or gain: probes wait from it
+        self.repair_owed = False  # a new leader met unreadable data: a new version is owed
+        self.owed_above = 0  # ... above this version
+        self.owed_done_above: float = 0  # a DONE above this (an inherited one) ends it too
+        self.told_unreadable: list[Unreadable] | None = None  # what the gain reported
+        self.abandoning: set[int] = set()  # NEW barriers of unreadable models, at a gain
+        self.fallback_version: int | None = None
 
     # ---------------------------------------------------------------- the adapter's part
 
@@ -166,6 +204,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
             if isinstance(action, RunGrouper):
                 assert self.core.leader
                 assert self.outstanding is None or self.outstanding.request != action.request
+                # A repair owed names the trigger of every run until it is published.
+                assert (action.trigger == Trigger.UNREADABLE) == self.repair_owed, action.trigger
                 if action.trigger == Trigger.PROBING:
                     # Only an IDLE leader with a model in force that is not settled probes, an
                     # interval after it last learnt anything.
@@ -185,8 +225,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert self.answering is not None
                 validate(TASKS, self.answering.metadata, action.model.containers.values())
                 assert not set(action.model.containers) & set(self.benched)
+                # A repair publishes above every stored version, planned against nothing
+                # (processors may run the unreadable version); it rewrites the pointer.
+                assert action.repair == self.repair_owed
+                if action.repair:
+                    assert action.model.version > self.owed_above
+                    assert action.base is None and action.gaining is None and not action.losing
+                    self.repair_owed, self.store.pointer_bad = False, False
                 # The early-join rule's premise: whoever is not losing keeps every task.
-                before = self.in_force_before
+                before = None if action.repair else self.in_force_before
                 assert action.base == (before.version if before else None)
                 for pid, container in (before.containers if before else {}).items():
                     if pid not in action.losing:
@@ -198,6 +245,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                             assert dict(kept) == dict(container.tasks)
                 assert (action.gaining is None) == (before is None)
                 self.store.models.append(action.model)
+                self.store.pointer_bad = False  # the publish wrote the pointer
                 self.store.barrier[action.model.version] = BarrierState.NEW
                 self.recheck_plan[action.model.version] = self.recheck_next
                 self.published_this_step.append(action)
@@ -212,8 +260,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert self.core.leader
                 assert action.duration_s >= 0, f"barrier decided {action.duration_s} s before"
                 assert self.store.barrier.get(action.version) == BarrierState.NEW
-                if action.state == BarrierState.TIMED_OUT:
+                if action.version in self.abandoning:  # timed out at once by a new leader
+                    assert action.state == BarrierState.TIMED_OUT
+                    self.abandoning.discard(action.version)
+                elif action.state == BarrierState.TIMED_OUT:
                     self.check_timed_out(action)
+                elif action.state == BarrierState.DONE and action.version > self.owed_done_above:
+                    self.repair_owed = False  # (one inherited NEW, above the unreadable ones)
                 self.store.barrier[action.version] = action.state
             elif isinstance(action, RemoveOldVersions):
                 # Retention never removes the model in force.
@@ -230,6 +283,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
             elif isinstance(action, ProcessorReadmitted):
                 assert action.processor_id in self.benched
                 del self.benched[action.processor_id]
+            elif isinstance(action, InForceUnreadable):
+                assert self.told_unreadable is not None, "told of unreadable data it was not given"
+                assert action.unreadable == tuple(self.told_unreadable)
+                assert action.fallback == self.fallback_version
+                self.told_unreadable = None
             else:
                 assert isinstance(action, ScheduleWakeup | RebalanceSkipped | object)
         return follow
@@ -285,7 +343,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     @rule()
     def gain_leadership(self) -> None:
-        latest = self.store.latest()
+        latest, in_force, unreadable = self.store.read_as_a_new_leader()
         self.outstanding = self.recheck_asked = None  # (the last term's recheck was ended)
         participants: frozenset[str] = frozenset()
         if latest is not None and self.store.barrier.get(latest.version) == BarrierState.NEW:
@@ -298,11 +356,26 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.settle_point = self.now
         # A verdict is unknown to the new leader: it probes once, the model in force as well as
         # one it sees through.
-        in_force = self.store.in_force()
         if in_force is not None:
             self.recheck_of[in_force.version] = "other"
         if latest is not None and self.store.barrier.get(latest.version) == BarrierState.NEW:
             self.recheck_of[latest.version] = "other"
+        stored = self.store.latest()
+        self.repair_owed = bool(unreadable)
+        self.owed_above = stored.version if stored is not None else 0
+        versions = [u.version for u in unreadable]
+        self.owed_done_above = (
+            math.inf if None in versions else max((v for v in versions if v), default=0)
+        )
+        self.told_unreadable = list(unreadable) if unreadable else None
+        self.fallback_version = in_force.version if in_force is not None else None
+        # A barrier left NEW whose model cannot be read: nobody can see it through.
+        self.abandoning = {
+            m.version
+            for m in self.store.models
+            if self.store.barrier.get(m.version) == BarrierState.NEW
+            and (latest is None or m.version != latest.version)
+        }
         self.feed(
             LeadershipGained(
                 self.now,
@@ -311,9 +384,29 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 latest=latest,
                 latest_barrier=self.store.barrier.get(latest.version) if latest else None,  # type: ignore[arg-type]
                 latest_participants=participants,
-                in_force=self.store.in_force(),
+                in_force=in_force,
+                unreadable=tuple(unreadable),
+                version_floor=self.owed_above,
+                abandoned=tuple(sorted(self.abandoning)),
             )
         )
+        assert not self.abandoning, f"barriers left NEW: {self.abandoning}"
+        assert self.told_unreadable is None, "unreadable data the leader did not report"
+        assert self.core.in_force == in_force  # the newest DONE model that reads clean
+
+    @rule(what=st.sampled_from(["latest", "in force", "pointer", "every version"]))
+    def stored_data_goes_bad(self, what: str) -> None:
+        """A chunk or manifest of a version, or the version pointer, is corrupted (a leader
+        holding the model in memory does not notice; the next one does)."""
+        latest, in_force = self.store.latest(), self.store.in_force()
+        if what == "pointer":
+            self.store.pointer_bad = True
+        elif what == "latest" and latest is not None:
+            self.store.unreadable.add(latest.version)
+        elif what == "in force" and in_force is not None:
+            self.store.unreadable.add(in_force.version)
+        elif what == "every version":
+            self.store.unreadable.update(m.version for m in self.store.models)
 
     @rule()
     def lose_leadership(self) -> None:
@@ -427,9 +520,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         eligible = {p: loc for p, loc in self.live.items() if p not in self.benched}
         stale = dict(request.metadata.processor_locality) != eligible
         unchanged = self.core.in_force
+        owed = self.repair_owed
         self.settle_point = self.now
         self.recheck_next = recheck  # how the recheck of this answer will answer
         self.feed(GrouperFinished(self.now, request.request, containers, error))
+        if kind == "good" and not stale and owed:
+            # Owed: published even when it equals the model in force (the fallback).
+            assert [a.repair for a in self.published_this_step] == [True]
         if kind == "good" and not stale and not self.published_this_step and unchanged:
             self.check_probing()  # the recheck of the model in force, answered at once
         self.answering = None
@@ -440,6 +537,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert self.failed_this_step or stale
             assert not self.published_this_step
             assert self.core.in_force == self.in_force_before
+
+    @rule(what=st.sampled_from(["latest", "in force", "pointer", "every version"]))
+    def a_new_leader_meets_bad_data(self, what: str) -> None:
+        """Data goes bad, the leader changes and a whole rebalance follows: the repair's path
+        from end to end, often enough to be explored."""
+        self.stored_data_goes_bad(what)
+        self.lose_leadership()
+        self.gain_leadership()
+        self.a_whole_rebalance("same", False)
 
     @rule(raced=st.booleans())
     def a_recheck_may_race_the_next_grouper_run(self, raced: bool) -> None:

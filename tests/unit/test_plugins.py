@@ -73,3 +73,38 @@ def test_builtins_cannot_be_shadowed_and_broken_plugins_are_reported(
         get_grouper("not-callable")
     with pytest.raises(GrouperError, match="has no group"):
         get_grouper("no-group")
+
+
+class _Refuses:
+    """A plugin's constructor that raises."""
+
+    def __init__(self, level: int = 0) -> None:
+        raise RuntimeError(f"cannot start at level {level}")
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "argument"),
+    [
+        ("no-such-grouper", {}, "name"),
+        ("host-affinity", {"colour": "blue"}, "options"),
+        ("host-affinity", {"balance_slack": -2}, "options"),  # the constructor refuses it
+        ("broken", {}, "name"),
+        ("refuses", {}, "name"),  # raises whatever it is given: the grouper is to blame
+        ("refuses", {"level": 3}, "options"),
+        ("no-group", {}, "name"),
+    ],
+)
+def test_errors_say_which_argument_is_to_blame(
+    monkeypatch: pytest.MonkeyPatch, name: str, options: dict[str, object], argument: str
+) -> None:
+    """``GrouperError.argument``: what ``coordinator run`` names as the bad key (``grouper.name``
+    or ``grouper.options``) when it cannot build its grouper at start-up (issue 28)."""
+    plugins = {
+        "broken": EntryPoint("broken", "no_such_module_xyz:Grouper", "affinity.groupers"),
+        "refuses": EntryPoint("refuses", f"{__name__}:_Refuses", "affinity.groupers"),
+        "no-group": EntryPoint("no-group", "builtins:object", "affinity.groupers"),
+    }
+    monkeypatch.setattr(groupers.registry, "_plugins", lambda: plugins)
+    with pytest.raises(GrouperError) as info:
+        get_grouper(name, **options)
+    assert info.value.argument == argument

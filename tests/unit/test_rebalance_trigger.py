@@ -128,8 +128,12 @@ def check_trigger(action: PublishJobModel, before: JobModel | None) -> None:
         assert now - was and was - now
     elif cause.trigger == Trigger.BARRIER_TIMED_OUT:
         assert cause.debounce_s == 0.0
+    elif cause.trigger == Trigger.UNREADABLE:
+        assert action.repair and "unreadable (" in cause.note  # says what could not be read
     else:
         assert cause.trigger in (Trigger.GRACE_ENDED, Trigger.ASSIGNMENT_CHANGED)
+    if cause.trigger != Trigger.UNREADABLE:
+        assert not action.repair and not cause.note
 
 
 TriggerCheckingMachine.TestCase.settings = settings(

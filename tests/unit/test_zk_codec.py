@@ -184,6 +184,10 @@ def test_layout_paths() -> None:
         JobLayout("relative/path")
     with pytest.raises(ValueError):
         JobLayout("/trailing/")
+    with pytest.raises(ValueError, match="reserved tree"):  # ZooKeeper's own (issue 28)
+        JobLayout("/zookeeper/clicks-1")
+    with pytest.raises(ValueError, match="segments"):
+        JobLayout("/affinity//clicks-1")
 
 
 def test_multiread_framing() -> None:

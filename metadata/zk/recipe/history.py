@@ -38,7 +38,8 @@ class RebalanceEntry:
     """One rebalance: ``version`` published at ``published_at`` and decided (``outcome``: DONE or
     TIMED_OUT) at ``decided_at`` (UNIX seconds), because of ``trigger``; ``moved`` tasks changed
     processor, ``kept_local`` of the ``with_locality`` tasks with a recorded location were placed
-    there; ``phases`` maps each of :data:`PHASES` to seconds; ``leader`` and ``epoch`` wrote it."""
+    there; ``phases`` maps each of :data:`PHASES` to seconds; ``leader`` and ``epoch`` wrote it;
+    ``note`` says more about the trigger (empty: nothing to say)."""
 
     version: int
     outcome: str
@@ -53,6 +54,7 @@ class RebalanceEntry:
     phases: Mapping[str, float | None] = field(default_factory=dict)
     leader: str = ""
     epoch: int = 0
+    note: str = ""  # more about the trigger, in one line (e.g. what could not be read)
 
     def to_json(self) -> bytes:
         document = {"format": HISTORY_FORMAT, **asdict(self), "phases": dict(self.phases)}

@@ -33,6 +33,7 @@ import orjson
 from kazoo.protocol.states import ZnodeStat
 
 from metadata.columns import ModelColumns
+from metadata.errors import CorruptDataError
 from metadata.model import ContainerModel, JobModel
 from metadata.serde import JobModelDocument
 from metadata.zk.chunks import ChunkRef, Manifest, decode_document, split_blob
@@ -109,6 +110,7 @@ class JobModelStore(VersionPointer):
         base: int | None = None,
         losing: Collection[str] = (),
         gaining: Collection[str] | None = None,
+        over_corrupt_pointer: bool = False,
     ) -> None:
         """Publish ``model`` as version ``model.version`` with barrier v expecting ``participants``;
         then, if ``retention``, remove the versions beyond the retention (best effort).
@@ -120,13 +122,16 @@ class JobModelStore(VersionPointer):
         them so that the others can join the barrier at once (a list longer than
         :data:`LOSING_LIMIT` is not stored: then everyone reads first). ``gaining``: the processors
         given a task against ``base`` (None: not said); the others read no container.
+        ``over_corrupt_pointer``: a version pointer that does not parse is overwritten (the new
+        version must then be above every version stored), instead of raising
+        :class:`~metadata.errors.CorruptDataError`: a leader replacing a model it could not read.
 
         Raises :class:`FencedOut` if ``epoch`` is no longer in force (nothing becomes visible),
         :class:`WriteConflict` if the version is not above the latest or another publish won.
         """
         version = model.version
         what = f"publish job model {version}"
-        version_stat = self._check_publishable(version, epoch, what)
+        version_stat = self._check_publishable(version, epoch, what, over_corrupt_pointer)
         encoded = self._encode(
             model, grouper=grouper, epoch=epoch.epoch, base=base, losing=losing, gaining=gaining
         )
@@ -156,11 +161,21 @@ class JobModelStore(VersionPointer):
         if retention:
             self._remove_old_versions_best_effort(version, epoch)
 
-    def _check_publishable(self, version: int, epoch: LeaderEpoch, what: str) -> ZnodeStat:
-        """Step 1, writing nothing: ``epoch`` is in force and ``version`` above the latest;
-        returns the stat of ``jobModelVersion`` (the commit sets it conditionally)."""
+    def _check_publishable(
+        self, version: int, epoch: LeaderEpoch, what: str, over_corrupt_pointer: bool = False
+    ) -> ZnodeStat:
+        """Step 1, writing nothing: ``epoch`` is in force and ``version`` above the latest (the
+        highest version stored, when a corrupt pointer is to be overwritten); returns the stat
+        of ``jobModelVersion`` (the commit sets it conditionally)."""
         self._epochs.ensure_holds(epoch, what)
-        latest, version_stat = self._read_version()
+        try:
+            latest, version_stat = self._read_version()
+        except CorruptDataError:
+            if not over_corrupt_pointer:
+                raise
+            version_stat = self._pointer_stat()
+            stored = [*self.versions(), *self._barriers.versions()]
+            latest = max(stored) if stored else None
         if latest is not None and version <= latest:
             raise WriteConflict(
                 self._layout.job_model_version,

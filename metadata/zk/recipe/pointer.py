@@ -52,6 +52,14 @@ class VersionPointer:
             raise NotFound(path, "the job folder is not set up (no jobModelVersion node)")
         return self._parse_version(found[0]), found[1]
 
+    def _pointer_stat(self) -> ZnodeStat:
+        """The stat of the version pointer, whatever it holds."""
+        path = self._layout.job_model_version
+        found = self._ops.get(path, "read job model version")
+        if found is None:
+            raise NotFound(path, "the job folder is not set up (no jobModelVersion node)")
+        return found[1]
+
     def latest_version(
         self, *, watch: Watcher | None = None, guess: int | None = None
     ) -> int | None:
