@@ -21,13 +21,13 @@ venv: $(VENV)/.installed
 # Quiet installs: for every editable install setuptools says "Editable installation." (a warning
 # that is information only, which pip shows for a local build): that message alone is filtered
 # out, any other warning still shows. The venv's pip was just upgraded: no version check.
-PIP := PYTHONWARNINGS="ignore:Editable installation" PIP_DISABLE_PIP_VERSION_CHECK=1 $(PY) -m pip
-
+$(VENV)/.installed: export PYTHONWARNINGS := ignore:Editable installation
+$(VENV)/.installed: export PIP_DISABLE_PIP_VERSION_CHECK := 1
 $(VENV)/.installed: pyproject.toml examples/grouper_plugin/pyproject.toml examples/pipeline/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PIP) install -q -e '.[test,spark]'
-	$(PIP) install -q -e examples/grouper_plugin -e examples/pipeline
+	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e examples/grouper_plugin -e examples/pipeline
 	touch $@
 
 zookeeper:
