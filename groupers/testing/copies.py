@@ -37,6 +37,8 @@ from metadata.model import ContainerModel, SystemStreamPartition, TaskModel
 
 __all__ = [
     "CAUGHT_UP_EVERYWHERE",
+    "FAR_BEHIND",
+    "WARMED_UP_ANSWER",
     "CopiesScenario",
     "caught_up_everywhere",
     "check_caught_up_scenarios",
