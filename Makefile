@@ -32,6 +32,11 @@ kafka: venv
 
 venv: $(VENV)/.installed
 
+# Quiet installs: for every editable install setuptools says "Editable installation." (a warning
+# that is information only, which pip shows for a local build): that message alone is filtered
+# out, any other warning still shows. The venv's pip was just upgraded: no version check.
+$(VENV)/.installed: export PYTHONWARNINGS := ignore:Editable installation
+$(VENV)/.installed: export PIP_DISABLE_PIP_VERSION_CHECK := 1
 $(VENV)/.installed: pyproject.toml examples/grouper_plugin/pyproject.toml examples/pipeline/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

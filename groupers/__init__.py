@@ -3,7 +3,8 @@ conformance kit for plugin authors (``groupers.testing``).
 
 - ``api``: the contract (GrouperMetadata, the protocols, validate) and the helpers every grouper
   shares; ``registry``: names -> groupers (builtins and entry points);
-- ``host_affinity`` (phases) over ``assignment`` (the state and its moves) and ``sheds``;
+- ``host_affinity`` (phases) over ``assignment`` (the state and its moves), ``tree`` (the location
+  tree and its sweep) and ``sheds``; ``failover``, ``holdback`` and ``warmup`` (caught-up copies);
   ``round_robin``; ``ssp``, ``virtual``, ``keys``, ``keygroups``, ``locations``;
 - ``matching``: the one graph module (max flow, assignment, min-cost flow); ``measures``: tasks
   moved, kept local, movement lower bound;

@@ -2,116 +2,31 @@
 
 :class:`Assignment` holds everything the phases of :func:`groupers.host_affinity.assign` share:
 the balance bounds, what each processor keeps, the budgets, the location tree of unmatched
-items (:class:`Node`), and what has been placed or given up so far. Its methods are the three
-moves every phase is made of:
+items (:mod:`groupers.tree`), and what has been placed or given up so far. Its methods are the
+moves every phase is made of (with :func:`groupers.tree.sweep`, which visits the tree):
 
 - :meth:`Assignment.place_movers`: tasks that must move take free room at one node;
 - :meth:`Assignment.shed`: a processor gives up tasks (*sheds*) into free room at one node, as a
-  predicate (a :data:`Wanted`) accepts them;
-- :func:`sweep`: visit the location tree deepest first, passing leftovers up to the parent.
+  predicate (a :data:`groupers.tree.Wanted`) accepts them.
 
 Predicates are small and named (:meth:`Assignment.is_over_quota`,
-:meth:`Assignment.keeps_location`, :func:`gains_locality`, :func:`loses_nothing`, ...), in the
-style of Faust's ``_can_assign``.
+:meth:`Assignment.keeps_location`, :func:`groupers.tree.gains_locality`, ...), in the style of
+Faust's ``_can_assign``.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import NamedTuple
 
 from groupers.api import GrouperMetadata
 from groupers.locations import Path, location_path
 from groupers.measures import balance_bounds
+from groupers.tree import Candidate, Node, Route, Slots, Wanted, gains_locality
 
-__all__ = [
-    "Assignment",
-    "Candidate",
-    "Node",
-    "Route",
-    "Slots",
-    "Wanted",
-    "gains_locality",
-    "loses_nothing",
-    "sweep",
-]
-
-
-class Slots:
-    """Free room on one processor."""
-
-    __slots__ = ("free", "processor_id")
-
-    def __init__(self, processor_id: str, free: int) -> None:
-        self.processor_id = processor_id
-        self.free = free
-
-
-def _by_processor(slot: Slots) -> str:
-    return slot.processor_id
-
-
-class Candidate(NamedTuple):
-    """A task its processor may (or must) give up.
-
-    Local ones (recorded at their processor's exact location) only ever make optional sheds:
-    forced sheds beyond the non-local tasks were turned into moving tasks up front.
-    """
-
-    closeness: int  # path components its recorded location shares with its processor's
-    name: str
-    processor_id: str
-    is_local: bool  # recorded at its processor's exact location
-    order: int = 0  # rank in the spread order (groupers.spread), 0 when that is name order
-
-    def shed_order(self) -> tuple[bool, int, int, str, str]:
-        """Non-local first (shedding them never costs an exact location), then the least
-        close to their own processor, then in spread order."""
-        return (self.is_local, self.closeness, self.order, self.name, self.processor_id)
-
-
-class Node:
-    """Unmatched items at one node of the location tree."""
-
-    __slots__ = ("candidates", "mandatory", "optional", "tasks")
-
-    def __init__(self) -> None:
-        self.tasks: list[str] = []  # tasks that must move, recorded at this location
-        self.mandatory: list[Slots] = []  # room below the lower bound (must be filled)
-        self.optional: list[Slots] = []  # room between the lower and the upper bound
-        self.candidates: list[Candidate] = []  # tasks a processor may (or must) give up
-
-
-class Route(Enum):
-    """What a shed predicate says of a candidate."""
-
-    KEEP = "keep"  # not here
-    ANY = "any"  # a forced shed if its processor owes one, else an optional one
-    FORCED = "forced"  # only as a forced shed
-    OPTIONAL = "optional"  # only as an optional shed
-
-
-#: A shed predicate: (candidate, depth of the node offering room) -> route.
-Wanted = Callable[[Candidate, int], Route]
-
-
-def gains_locality(candidate: Candidate, depth: int) -> Route:
-    """The room here shares more with the task's location than its own processor does."""
-    return Route.ANY if candidate.closeness < depth else Route.KEEP
-
-
-def loses_nothing(candidate: Candidate, depth: int) -> Route:
-    """The room here shares with the task all its own processor did (and something)."""
-    return Route.ANY if candidate.closeness == depth and depth > 0 else Route.KEEP
-
-
-def anything(candidate: Candidate, depth: int) -> Route:
-    """Whatever it costs (the last pass: nothing is left to lose)."""
-    return Route.ANY
+__all__ = ["Assignment"]
 
 
 @dataclass
@@ -231,30 +146,66 @@ class Assignment:
     def fill_level(self, tasks: list[str], slots: list[Slots], budget: int) -> int:
         """Like :meth:`fill` for optional room, but each task goes to the least loaded
         processor (ties: smallest id), so slack avoids moves and never piles tasks up."""
+        order = self._least_loaded(slots, min(budget, len(tasks)), {})
+        for pid in order:
+            self.placed[pid].append(tasks.pop())
+        return len(order)
+
+    def _least_loaded(self, slots: list[Slots], places: int, more: Mapping[str, int]) -> list[str]:
+        """Up to ``places`` places taken from ``slots``, one at a time on the least loaded
+        processor (kept + placed + ``more``; ties: smallest id): their processors, in order."""
         kept, placed = self.kept, self.placed
-        heap = [
-            (len(kept[s.processor_id]) + len(placed[s.processor_id]), s.processor_id, s)
-            for s in slots
-            if s.free
-        ]
+
+        def load_of(pid: str) -> int:
+            return len(kept[pid]) + len(placed[pid]) + more.get(pid, 0)
+
+        heap = [(load_of(s.processor_id), s.processor_id, s) for s in slots if s.free]
         heapq.heapify(heap)
-        done = 0
-        while tasks and heap and done < budget:
+        order: list[str] = []
+        while len(order) < places and heap:
             load, pid, slot = heapq.heappop(heap)
-            placed[pid].append(tasks.pop())
+            order.append(pid)
             slot.free -= 1
-            done += 1
             if slot.free:
                 heapq.heappush(heap, (load + 1, pid, slot))
         slots[:] = [s for s in slots if s.free]
-        return done
+        return order
 
     def place_movers(self, node: Node) -> None:
         """Tasks that must move, at this node, into its mandatory room, then its optional
-        room while the optional budget lasts."""
+        room while the optional budget lasts. With several streams (a spread order) each
+        processor takes its share as one run of that order (:meth:`place_in_runs`)."""
+        if self.rank is not None and node.tasks and node.optional and self.optional_budget:
+            self.place_in_runs(node)
+            return
         self.fill(node.tasks, node.mandatory, None)
         if self.optional_budget:
             self.optional_budget -= self.fill_level(node.tasks, node.optional, self.optional_budget)
+
+    def place_in_runs(self, node: Node) -> None:
+        """The counts of :meth:`place_movers` (mandatory room in id order, then the optional
+        budget to the least loaded), but each processor takes its tasks as **one** run of the
+        spread order, processors in id order: a run of a round-robin of equal streams holds
+        floor or ceil of its length over the streams of each, where a mandatory run plus an
+        optional task from further on can give one processor two of a stream another has none
+        of (issue 26)."""
+        tasks, left = node.tasks, len(node.tasks)
+        counts: Counter[str] = Counter()
+        for slot in reversed(node.mandatory):  # id order
+            take = min(slot.free, left)
+            counts[slot.processor_id] += take
+            slot.free -= take
+            left -= take
+        node.mandatory[:] = [s for s in node.mandatory if s.free]
+        extra = self._least_loaded(node.optional, min(self.optional_budget, left), counts)
+        counts.update(extra)
+        self.optional_budget -= len(extra)
+        for pid in sorted(counts):
+            if counts[pid]:
+                chunk = tasks[len(tasks) - counts[pid] :]
+                del tasks[len(tasks) - counts[pid] :]
+                chunk.reverse()
+                self.placed[pid].extend(chunk)
 
     def gain(self, node: Node, depth: int) -> None:
         """Pass A at one node: only matches that gain locality. Moving tasks take the room
@@ -366,31 +317,3 @@ class Assignment:
                 mine = [name for name in mine if name not in self.given_up]
             result[pid] = mine + self.placed[pid]
         return result
-
-
-def sweep(
-    nodes: defaultdict[Path, Node],
-    visit: Callable[[Node, int], None],
-    rise: bool = True,
-    key: Callable[[str], object] | None = None,
-) -> Node:
-    """Visit nodes deepest first, passing leftovers up (unless ``rise`` is false: then each node
-    is visited with only its own items); return the root with what is left. Tasks are taken
-    in ``key`` order (spread order; None: name order)."""
-    for path in list(nodes):
-        for depth in range(len(path)):
-            nodes[path[:depth]]  # create the ancestors
-    for path in sorted(nodes, key=lambda p: (-len(p), p)):
-        node = nodes[path]
-        # Reverse order: fill() consumes from the end, so the smallest names/ids go first.
-        node.tasks.sort(key=key, reverse=True)  # type: ignore[arg-type]
-        node.mandatory.sort(key=_by_processor, reverse=True)
-        node.optional.sort(key=_by_processor, reverse=True)
-        visit(node, len(path))
-        if path and rise:
-            parent = nodes[path[:-1]]
-            parent.tasks.extend(node.tasks)
-            parent.mandatory.extend(node.mandatory)
-            parent.optional.extend(node.optional)
-            parent.candidates.extend(node.candidates)
-    return nodes[()]

@@ -11,18 +11,33 @@ the number of moves and the balance bounds are those of an assignment without co
 As many orphans as possible go to a caught-up copy: a maximum bipartite matching of orphans to
 the room of the processors holding their caught-up copies
 (:func:`groupers.matching.max_flow_bipartite`), first into room below the lower bounds, then
-into optional room (the first by task name while the optional budget lasts). Every caught-up
-copy is as good as another (lag is not ranked below the bound). With no ``task_state`` the phase
-does nothing, so answers are those of before.
+into optional room while the optional budget lasts. Every caught-up copy is as good as another
+(lag is not ranked below the bound).
+
+The matching keeps the other priorities among equally good answers (issue 26):
+
+- *spread*: orphans are served in spread order (:func:`groupers.spread.spread_order`), each
+  taking the first holder with room, and when optional room was used too they are matched once
+  more to the same counts, so a processor's share is one run of that order (a share of every
+  stream), as in the locality phases (:meth:`groupers.assignment.Assignment.place_in_runs`);
+- *locality*: an orphan tries the holders nearest its recorded location first (then by id);
+- an orphan with a caught-up copy on **every** live processor is on a copy wherever it goes:
+  the phase leaves it to the locality phases, so copies that single out no processor change
+  nothing (the answer is the one without ``task_state``).
+
+With no ``task_state`` the phase does nothing, so answers are those of before.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from groupers.api import GrouperMetadata
-from groupers.assignment import Assignment, Slots
+from groupers.assignment import Assignment
+from groupers.locations import common_depth
 from groupers.matching import max_flow_bipartite
+from groupers.tree import Slots
 
 __all__ = ["fail_over_to_copies"]
 
@@ -31,39 +46,79 @@ def fail_over_to_copies(
     state: Assignment, metadata: GrouperMetadata, acceptable_recovery_lag: int
 ) -> None:
     """Place orphans on live processors holding a caught-up copy, as room allows."""
-    task_state = metadata.task_state
-    if not task_state or not state.orphans:
-        return
-    edges: dict[str, dict[str, int]] = {}
-    for name in state.orphans:
-        copies = task_state.get(name)
-        if copies:
-            holders = _caught_up(copies, state.placed, acceptable_recovery_lag)
-            if holders:
-                edges[name] = dict.fromkeys(holders, 1)
+    edges = _holders(state, metadata, acceptable_recovery_lag)
     if not edges:
         return
     mandatory, optional = _room_by_processor(state)
-    moved: set[str] = set()
+    matched: dict[str, str] = {}
+    passes = 0
     for room, is_optional in ((mandatory, False), (optional, True)):
         free = {pid: slot.free for pid, slot in room.items() if slot.free}
         if not free or (is_optional and state.optional_budget <= 0):
             continue
-        usable = {
-            name: {pid: 1 for pid in holders if pid in free}
-            for name, holders in edges.items()
-            if name not in moved
-        }
-        usable = {name: holders for name, holders in usable.items() if holders}
-        flow = max_flow_bipartite(dict.fromkeys(usable, 1), free, usable)
-        for name, pid in sorted(pair for pair, units in flow.items() if units):
+        usable: dict[str, dict[str, int]] = {}
+        for name, holders in edges.items():  # spread order
+            if name not in matched:
+                mine = {pid: 1 for pid in holders if pid in free}
+                if mine:
+                    usable[name] = mine
+        flow = max_flow_bipartite(dict.fromkeys(usable, 1), free, usable, order=list(usable))
+        pairs = {name: pid for (name, pid), units in flow.items() if units}
+        passes += bool(pairs)
+        for name in usable:  # spread order, so the optional budget goes to the first ones
+            pid = pairs.get(name)
+            if pid is None:
+                continue
             if is_optional and state.optional_budget <= 0:
                 break
             _take(state, room[pid], is_optional)
+            matched[name] = pid
+    if passes > 1:
+        matched = _in_runs(matched, edges)
+    for name in edges:  # spread order
+        pid = matched.get(name)
+        if pid is not None:
             state.placed[pid].append(name)
-            moved.add(name)
-    if moved:
-        _forget(state, moved)
+    if matched:
+        _forget(state, set(matched))
+
+
+def _in_runs(matched: dict[str, str], edges: dict[str, list[str]]) -> dict[str, str]:
+    """The same number of orphans per processor, matched again in one pass, so that each
+    processor's share is a run of the spread order (room below the lower bound, then optional
+    room, would give it two)."""
+    counts = Counter(matched.values())
+    names = [name for name in edges if name in matched]  # spread order
+    usable = {name: {pid: 1 for pid in edges[name] if pid in counts} for name in names}
+    flow = max_flow_bipartite(dict.fromkeys(names, 1), counts, usable, order=names)
+    again = {name: pid for (name, pid), units in flow.items() if units}
+    return again if len(again) == len(matched) else matched
+
+
+def _holders(
+    state: Assignment, metadata: GrouperMetadata, acceptable_recovery_lag: int
+) -> dict[str, list[str]]:
+    """Orphan -> the live processors holding a caught-up copy, nearest its recorded location
+    first (then by id); orphans in spread order. Orphans with no such copy, or with one on
+    every live processor (nothing to choose), are left out."""
+    task_state = metadata.task_state
+    if not task_state or not state.orphans:
+        return {}
+    live = state.placed
+    everywhere = len(live)
+    edges: dict[str, list[str]] = {}
+    for name in state.orphans:
+        copies = task_state.get(name)
+        if not copies:
+            continue
+        holders = _caught_up(copies, live, acceptable_recovery_lag)
+        if holders and len(holders) < everywhere:
+            where = state.path_of(metadata.task_locality.get(name))
+            if where:
+                path = state.processor_path
+                holders.sort(key=lambda pid: -common_depth(path[pid], where))
+            edges[name] = holders
+    return edges
 
 
 def _caught_up(

@@ -2,22 +2,27 @@
 (issue 13 items 3 and 5; see :func:`groupers.host_affinity.assign` for the balanced answer).
 
 A *balance move* is a task whose previous processor is live and whose processor changes. Tasks
-of a processor that is gone (and new tasks) are never held back. Rules, in this order:
+of a processor that is gone (and new tasks) are never held back. A *caught-up copy* of a task on
+processor p: ``task_state[task][p] <= acceptable_recovery_lag`` (the active's own processor always
+counts as caught up). Rules, in this order:
 
-1. **Warm-up** (``max_warmup_replicas`` > 0). A move to a processor with no caught-up copy of the
-   task's state (``task_state[task][target] <= acceptable_recovery_lag``; the active's own
-   processor always counts as caught up) is first *swapped*: another task of the same source,
-   recorded at the same location, staying there, with a caught-up copy on the target, moves in
-   its place (counts, moves and locality unchanged). Failing that the task stays where it is;
-   the first ``max_warmup_replicas`` of those (in spread order) get a *warm-up replica*, a
-   standby on the target, and the rest wait. A later call, whose ``task_state`` shows the
-   target's copy caught up, moves the task (directly or by the swap).
+1. **Warm-up** (``max_warmup_replicas`` > 0; :mod:`groupers.warmup`, four named steps). A move
+   to a caught-up copy stands. The others are *pending*: the room each would fill on its
+   target goes first to moves to caught-up copies (tasks of the pending sources, each task
+   moving at most once, a maximum flow; issue 26: a move to a caught-up copy is taken before
+   any warm-up is planned for that room), and a processor still below its lower bound takes a
+   task with a caught-up copy on it from a processor above its own. The pending moves left stay
+   where they are; the first ``max_warmup_replicas`` (spread order) get a *warm-up replica*, a
+   standby on the target, and the rest wait. A later call, whose ``task_state`` shows the copy
+   caught up, moves the task.
+
 2. **Movement limit** (``max_moves_per_rebalance``). Of the remaining balance moves at most that
    many are made, dealt round-robin across targets (processors in id order, each target's tasks
    in spread order, so every target gets a share); the rest stay for the next rebalance, which
    starts from this answer and so converges to the balanced one.
 
-Balance is off by the tasks held back, never more: each stays on its previous processor.
+Balance is off by the tasks held back, never more: each stays on its previous processor, and the
+rooms they leave empty are no more than the pending moves that found no caught-up copy.
 """
 
 from __future__ import annotations
@@ -25,19 +30,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from groupers.api import GrouperMetadata
+from groupers.warmup import Move, warm_up
 
 __all__ = ["HoldBack", "hold_back"]
-
-
-class Move(NamedTuple):
-    """One balance move: a task leaves a live processor for another."""
-
-    name: str
-    source: str
-    target: str
 
 
 @dataclass(frozen=True)
@@ -58,22 +55,38 @@ def hold_back(
     metadata: GrouperMetadata,
     options: HoldBack,
     rank: Mapping[str, int] | None = None,
+    lower: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """The assignment with the moves held back, and the warm-up replicas (processor id -> task
-    names). ``rank``: the spread order (None: name order)."""
+    names). ``rank``: the spread order (None: name order); ``lower``: each processor's lower
+    balance bound (None: 0), which the warm-up's top-up step fills from caught-up copies."""
     warmups: dict[str, list[str]] = {pid: [] for pid in assignment}
     owner = {name: pid for pid, names in assignment.items() for name in names}
     moves = _balance_moves(owner, metadata.previous_task_to_processor, assignment, rank)
     if not moves:
         return {pid: list(names) for pid, names in assignment.items()}, warmups
     if options.max_warmup_replicas:
-        moves = _warm_up(moves, owner, metadata, options, warmups)
+        key = (lambda name: (rank[name], name)) if rank is not None else _by_name
+        moves = warm_up(
+            moves,
+            owner,
+            metadata,
+            options.acceptable_recovery_lag,
+            options.max_warmup_replicas,
+            lower or {},
+            key,
+            warmups,
+        )
     if options.max_moves_per_rebalance is not None:
         moves = _limited(moves, options.max_moves_per_rebalance, owner)
     result: dict[str, list[str]] = {pid: [] for pid in assignment}
     for name, pid in owner.items():
         result[pid].append(name)
     return result, warmups
+
+
+def _by_name(name: str) -> tuple[int, str]:
+    return 0, name
 
 
 def _balance_moves(
@@ -90,74 +103,6 @@ def _balance_moves(
     ]
     moves.sort(key=(lambda m: (rank[m.name], m.name)) if rank is not None else None)
     return moves
-
-
-def _is_caught_up(state: Mapping[str, Mapping[str, int]], name: str, pid: str, lag: int) -> bool:
-    copies = state.get(name)
-    return copies is not None and copies.get(pid, lag + 1) <= lag
-
-
-def _warm_up(
-    moves: list[Move],
-    owner: dict[str, str],
-    metadata: GrouperMetadata,
-    options: HoldBack,
-    warmups: dict[str, list[str]],
-) -> list[Move]:
-    """Rule 1: moves to a caught-up copy stand, others are swapped or held (``owner`` is
-    updated); the warm-up replicas go into ``warmups``. Returns the moves made."""
-    state, lag = metadata.task_state, options.acceptable_recovery_lag
-    partners = _swap_partners(owner, metadata, lag)
-    made: list[Move] = []
-    waiting: list[Move] = []
-    used: set[str] = set()
-    for move in moves:
-        if _is_caught_up(state, move.name, move.target, lag):
-            made.append(move)
-            continue
-        partner = _take_partner(partners, move, metadata.task_locality, used)
-        owner[move.name] = move.source
-        if partner is None:
-            waiting.append(move)
-        else:
-            owner[partner] = move.target
-            made.append(Move(partner, move.source, move.target))
-    for move in waiting[: options.max_warmup_replicas]:
-        warmups[move.target].append(move.name)
-    return made
-
-
-def _swap_partners(
-    owner: Mapping[str, str], metadata: GrouperMetadata, lag: int
-) -> dict[tuple[str, str], list[str]]:
-    """(source, target) -> tasks staying on their live previous processor ``source`` with a
-    caught-up copy on ``target`` (name order)."""
-    previous = metadata.previous_task_to_processor
-    partners: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for name in sorted(metadata.task_state):
-        source = owner.get(name)
-        if source is None or previous.get(name) != source:
-            continue
-        for pid, copy_lag in metadata.task_state[name].items():
-            if pid != source and pid in metadata.processor_locality and copy_lag <= lag:
-                partners[(source, pid)].append(name)
-    return partners
-
-
-def _take_partner(
-    partners: Mapping[tuple[str, str], list[str]],
-    move: Move,
-    task_locality: Mapping[str, str],
-    used: set[str],
-) -> str | None:
-    """A task that moves instead of ``move.name``: same source and recorded location, caught up
-    on the target, not yet used (each task moves at most once)."""
-    where = task_locality.get(move.name)
-    for name in partners.get((move.source, move.target), ()):
-        if name not in used and task_locality.get(name) == where:
-            used.add(name)
-            return name
-    return None
 
 
 def _limited(moves: list[Move], most: int, owner: dict[str, str]) -> list[Move]:

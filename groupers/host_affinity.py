@@ -29,7 +29,10 @@ Priorities, strictly in this order (DESIGN.md "Grouper contract"):
 4. **Spread.** Among equally good tasks, choices follow the spread order
    (:func:`groupers.spread.spread_order`: streams dealt round-robin), so every processor of a
    fresh or rebalanced assignment gets a share of every stream; name order when all tasks read
-   the same streams.
+   the same streams. The tasks a node's room takes go to each processor as one run of that
+   order (:meth:`groupers.assignment.Assignment.place_in_runs`), and the phases that read
+   ``task_state`` (failover, warm-up) follow the same order, so copies that single out no
+   processor change nothing (issue 26).
 5. **Determinism.** Every choice is made in sorted order of tasks (spread order), processor ids
    and location paths, never in hash or input order, so the output depends only on the inputs
    (invariant I6).
@@ -46,7 +49,8 @@ bounds, budgets, the location tree, what is kept, placed and given up), as Kafka
 2. *keep* (:func:`_keep`): what every processor keeps, what it must shed (forced) or may shed
    (optional), all laid out on the location tree; then (2b) *failover*
    (:func:`groupers.failover.fail_over_to_copies`): tasks whose processor is gone take the room
-   of processors holding a caught-up copy of their state (``task_state``; nothing without it);
+   of processors holding a caught-up copy of their state (``task_state``; nothing without it),
+   in spread order, nearest holder first;
 3. *forced sheds* (:func:`_place_at_exact_locations`): moving tasks at their exact locations,
    then forced sheds matched exactly to the room at their tasks' locations
    (:func:`groupers.matching.max_flow_bipartite`), then the sheds that gain locality;
@@ -59,12 +63,14 @@ bounds, budgets, the location tree, what is kept, placed and given up), as Kafka
 After :func:`assign`, :meth:`HostAffinityGrouper.group` places the standby replicas
 (``standby_replicas``, :func:`groupers.standby.place_standbys`), which never change the actives.
 Before them, :func:`groupers.holdback.hold_back` holds balance moves back: warm-up
-(``max_warmup_replicas``: a move to a processor with no caught-up copy waits for a warm-up
-replica) and the movement limit (``max_moves_per_rebalance``); with both at their defaults it
-does not run.
+(``max_warmup_replicas``, :mod:`groupers.warmup`: the room a move to a processor with no
+caught-up copy would fill goes first to tasks with a caught-up copy there, and only then does a
+move wait for a warm-up replica) and the movement limit (``max_moves_per_rebalance``); with both
+at their defaults it does not run.
 
 The moves every phase is made of (fill room, shed, sweep the tree) and the named predicates are
-in :mod:`groupers.assignment`; the shed policies of phases 3 to 5 in :mod:`groupers.sheds`.
+in :mod:`groupers.assignment` and :mod:`groupers.tree`; the shed policies of phases 3 to 5 in
+:mod:`groupers.sheds`.
 
 Cost: O(T log T + P log P) time (sorting dominates; each task rises at most ``depth`` levels of
 the location tree) and O(T + P) memory.
@@ -77,21 +83,15 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from groupers.api import GrouperError, GrouperMetadata, build_containers, tasks_by_name
-from groupers.assignment import (
-    Assignment,
-    Candidate,
-    Node,
-    Slots,
-    anything,
-    loses_nothing,
-    sweep,
-)
+from groupers.assignment import Assignment
 from groupers.failover import fail_over_to_copies
 from groupers.holdback import HoldBack, hold_back
 from groupers.locations import common_depth
+from groupers.measures import balance_bounds
 from groupers.sheds import LossySheds, ZeroLossLocal, forced_sheds_matched
 from groupers.spread import spread_order
 from groupers.standby import place_standbys
+from groupers.tree import Candidate, Node, Slots, anything, loses_nothing, sweep
 from groupers.virtual import inherit_locality, needs_inheritance
 from metadata.model import ContainerModel, TaskModel
 
@@ -161,7 +161,10 @@ class HostAffinityGrouper:
         warmups: dict[str, list[str]] = {}
         if options.active and metadata.processor_locality:
             rank = {name: i for i, name in enumerate(order)} if order is not None else None
-            assignment, warmups = hold_back(assignment, metadata, options, rank)
+            lower, _ = balance_bounds(
+                sorted(metadata.processor_locality), len(by_name), metadata, self.balance_slack
+            )
+            assignment, warmups = hold_back(assignment, metadata, options, rank, lower)
         standbys = place_standbys(assignment, metadata, self.standby_replicas)
         for pid, names in warmups.items():
             if names:

@@ -1,6 +1,6 @@
 """Matchings and flows: the one graph module of the groupers (as Kafka Streams' ``Graph``).
 
-Three problems, three solvers; which, and why (figures measured on a shared 2-core machine, so
+Four problems, four solvers; which, and why (figures measured on a shared 2-core machine, so
 only their ratios mean much):
 
 - :func:`max_flow_bipartite`: a maximum flow from left nodes (each with a supply) to right nodes
@@ -18,6 +18,12 @@ only their ratios mean much):
   took 1.4 s and 17 s on the first two; units with a direct edge to free room now go in bulk,
   with the same result. Making the worst case fast means accepting other (equally good)
   answers: a decision for the grouper's owner, not a refactoring.
+- :func:`max_flow`: a maximum flow on any small network, by Dinic's algorithm, each node's arcs
+  tried in the order given. ``host-affinity``'s warm-up uses it to find the moves to caught-up
+  copies that fill the room balance wants (a three-layer network: processors that must shed,
+  their tasks, processors with room; :mod:`groupers.holdback`). **Ours**, for the same reasons
+  as above (the order of the arcs is the caller's preference, and networkx is not a runtime
+  dependency); the network holds only tasks with caught-up copies, so it is small.
 - :func:`max_weight_assignment`: rows -> distinct columns maximising the total weight
   (Hungarian algorithm, O(n^2 m)). Key groups use it to remap contiguous ranges on a
   parallelism change. **Ours**: scipy (``linear_sum_assignment``) is not a dependency, and
@@ -36,16 +42,17 @@ Pure: no I/O, no project imports.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
 
-__all__ = ["Arc", "max_flow_bipartite", "max_weight_assignment", "min_cost_flow"]
+__all__ = ["Arc", "max_flow", "max_flow_bipartite", "max_weight_assignment", "min_cost_flow"]
 
 L = TypeVar("L", bound="SupportsRichComparison")
+N = TypeVar("N", bound=Hashable)
 R = TypeVar("R", bound="SupportsRichComparison")
 
 
@@ -53,7 +60,11 @@ R = TypeVar("R", bound="SupportsRichComparison")
 
 
 def max_flow_bipartite(
-    supply: Mapping[L, int], room: Mapping[R, int], edges: Mapping[L, Mapping[R, int]]
+    supply: Mapping[L, int],
+    room: Mapping[R, int],
+    edges: Mapping[L, Mapping[R, int]],
+    *,
+    order: Sequence[L] | None = None,
 ) -> dict[tuple[L, R], int]:
     """A maximum flow ``(left, right) -> units`` (zero entries possible).
 
@@ -63,12 +74,18 @@ def max_flow_bipartite(
     (a full right node can hand one of its units back to another left node, which then needs a
     right node of its own), so the result depends only on the inputs.
 
+    With ``order`` (left nodes of ``edges``, each once; only those are served) left nodes are
+    served in that order and each tries its right nodes in the order of ``edges[left]`` (its
+    preference): the caller decides, deterministically, who goes first and where.
+
     Units that have a direct edge to free room go in bulk: the path search would take the first
-    such right node (sorted) for each of them in turn, so they are pushed at once.
+    such right node for each of them in turn, so they are pushed at once.
     """
-    graph = _Bipartite(
-        {left: sorted(edges[left]) for left in sorted(edges)}, edges, room, defaultdict(int)
-    )
+    if order is None:
+        adjacency = {left: sorted(edges[left]) for left in sorted(edges)}
+    else:
+        adjacency = {left: list(edges[left]) for left in order}
+    graph = _Bipartite(adjacency, edges, room, defaultdict(int))
     for left in graph.adjacency:
         remaining = supply[left]
         while remaining:
@@ -91,7 +108,7 @@ class _Bipartite:
     def __post_init__(self) -> None:
         for left, rights in self.adjacency.items():
             for right in rights:
-                self.holders[right].append(left)  # in sorted order of left nodes
+                self.holders[right].append(left)  # in service order of left nodes
 
     def push_direct(self, left: Any, most: int) -> int:
         """Up to ``most`` units along the first edge (sorted) with residual capacity into a
@@ -144,6 +161,105 @@ class _Bipartite:
                 return
             right = via_right[owner]
             self.flow[(owner, right)] -= 1
+
+
+# --------------------------------------------------------------------- general max flow (ours)
+
+
+def max_flow(arcs: Iterable[tuple[N, N, int]], source: N, sink: N) -> dict[tuple[N, N], int]:
+    """A maximum flow from ``source`` to ``sink``: ``(tail, head) -> units`` for every arc given.
+
+    ``arcs`` are ``(tail, head, capacity)``, at most one per ordered pair. Dinic's algorithm:
+    breadth-first levels, then blocking flows by depth-first search (iterative, so long paths do
+    not hit the recursion limit) that tries each node's arcs in the order given: the first
+    paths found are the preferred ones, and the result depends only on the inputs.
+    O(E sqrt(V)) on unit-capacity networks such as matchings with side constraints.
+    """
+    index: dict[N, int] = {}
+    heads: list[int] = []  # arc e and its residual twin e ^ 1
+    room: list[int] = []
+    out: list[list[int]] = []
+    given: list[tuple[N, N, int]] = []
+
+    def node(name: N) -> int:
+        found = index.get(name)
+        if found is None:
+            found = index[name] = len(out)
+            out.append([])
+        return found
+
+    for tail, head, capacity in arcs:
+        u, v = node(tail), node(head)
+        given.append((tail, head, len(heads)))
+        out[u].append(len(heads))
+        heads.append(v)
+        room.append(capacity)
+        out[v].append(len(heads))
+        heads.append(u)
+        room.append(0)
+    if source in index and sink in index:
+        _blocking_flows(out, heads, room, index[source], index[sink])
+    return {(tail, head): room[e ^ 1] for tail, head, e in given}
+
+
+def _blocking_flows(
+    out: list[list[int]], heads: list[int], room: list[int], source: int, sink: int
+) -> None:
+    """Augment ``room`` (residual capacities) to a maximum flow, phase by phase."""
+    while True:
+        level = [-1] * len(out)
+        level[source] = 0
+        frontier = [source]
+        while frontier and level[sink] < 0:
+            following: list[int] = []
+            for u in frontier:
+                for e in out[u]:
+                    v = heads[e]
+                    if room[e] > 0 and level[v] < 0:
+                        level[v] = level[u] + 1
+                        following.append(v)
+            frontier = following
+        if level[sink] < 0:
+            return
+        cursor = [0] * len(out)
+        while _augment_once(out, heads, room, level, cursor, source, sink):
+            pass
+
+
+def _augment_once(
+    out: list[list[int]],
+    heads: list[int],
+    room: list[int],
+    level: list[int],
+    cursor: list[int],
+    source: int,
+    sink: int,
+) -> bool:
+    """One augmenting path along increasing levels (False when the phase is blocked)."""
+    path: list[int] = []
+    u = source
+    while u != sink:
+        arcs = out[u]
+        while cursor[u] < len(arcs):
+            e = arcs[cursor[u]]
+            if room[e] > 0 and level[heads[e]] == level[u] + 1:
+                break
+            cursor[u] += 1
+        else:
+            if u == source:
+                return False
+            level[u] = -1  # a dead end: never try it again in this phase
+            e = path.pop()
+            u = heads[e ^ 1]
+            cursor[u] += 1
+            continue
+        path.append(e)
+        u = heads[e]
+    units = min(room[e] for e in path)
+    for e in path:
+        room[e] -= units
+        room[e ^ 1] += units
+    return True
 
 
 # ----------------------------------------------------------------------------- assignment (ours)

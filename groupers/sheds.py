@@ -14,9 +14,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from groupers.assignment import Assignment, Candidate, Node, Route
+from groupers.assignment import Assignment
 from groupers.locations import Path
 from groupers.matching import max_flow_bipartite
+from groupers.tree import Candidate, Node, Route
 
 __all__ = ["LossySheds", "ZeroLossLocal", "forced_sheds_matched", "forced_room"]
 

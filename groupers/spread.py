@@ -18,11 +18,11 @@ from collections.abc import Iterable
 
 from metadata.model import TaskModel
 
-__all__ = ["spread_order"]
+__all__ = ["spread_order", "stream_of"]
 
 
-def _stream_of(task: TaskModel) -> str:
-    """The streams a task reads, as one sortable string."""
+def stream_of(task: TaskModel) -> str:
+    """The streams a task reads (its *stream* for spreading), as one sortable string."""
     partitions = task.partitions
     if len(partitions) == 1:
         for ssp in partitions:
@@ -39,7 +39,7 @@ def spread_order(tasks: Iterable[TaskModel]) -> list[str] | None:
         return None  # one stream (or none): nothing to deal
     by_stream: dict[str, list[str]] = {}
     for task in tasks:
-        by_stream.setdefault(_stream_of(task), []).append(task.name)
+        by_stream.setdefault(stream_of(task), []).append(task.name)
     if len(by_stream) < 2:
         return None
     ranked: list[tuple[int, str, str]] = []

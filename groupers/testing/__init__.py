@@ -23,7 +23,10 @@ Two things for plugin authors (needs ``hypothesis``, a test dependency, not a ru
   replica options (``standby_replicas``, ``max_warmup_replicas``, ``acceptable_recovery_lag``,
   ``max_moves_per_rebalance``): the rules of DESIGN.md "Replicas and capacity" that show in its
   answers (standby counts, warm-up moves only to caught-up copies, the movement limit, balance
-  by capacity), on inputs with capacities, copies and several streams.
+  by capacity), on inputs with capacities, copies and several streams, and on the named
+  scenarios with caught-up copies of :mod:`groupers.testing.copies`
+  (:func:`check_caught_up_scenarios`: copies on every processor cost no spread; a move to a
+  caught-up copy comes before any warm-up for that room).
 
 Use it from a test::
 
@@ -33,9 +36,11 @@ Use it from a test::
         check_grouper(MyGrouper())
 
 For tests and benchmarks: :mod:`groupers.testing.scenarios` (named rebalances: one leaves, one
-joins, scale, rolling restart) and :mod:`groupers.testing.oracles` (the best any balanced answer
-can do: movement lower bound, best locality). Those two do not need hypothesis (the names above
-are loaded on first use); the exact locality oracle needs networkx.
+joins, scale, rolling restart), :mod:`groupers.testing.copies` (named scenarios with caught-up
+copies, from Kafka Streams' HighAvailabilityTaskAssignorTest) and
+:mod:`groupers.testing.oracles` (the best any balanced answer can do: movement lower bound, best
+locality; how evenly an answer spreads each stream). Those do not need hypothesis (the names
+above are loaded on first use); the exact locality oracle needs networkx.
 
 May import ``groupers`` and ``metadata.model``; nothing here is imported by the product.
 """
@@ -46,6 +51,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from groupers.testing.copies import check_caught_up_scenarios
     from groupers.testing.kit import canonical, check_grouper
     from groupers.testing.replicas import check_replica_options
     from groupers.testing.strategies import (
@@ -59,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GrouperInput",
     "canonical",
+    "check_caught_up_scenarios",
     "check_grouper",
     "check_replica_options",
     "grouper_inputs",
@@ -70,6 +77,7 @@ __all__ = [
 _HOME = {
     "GrouperInput": "strategies",
     "canonical": "kit",
+    "check_caught_up_scenarios": "copies",
     "check_grouper": "kit",
     "check_replica_options": "replicas",
     "grouper_inputs": "strategies",

@@ -8,7 +8,9 @@
   (:func:`groupers.matching.min_cost_flow`, networkx); or the cheap movement-blind
   :func:`locality_upper_bound`;
 - :func:`measure`: what an answer actually did against those yardsticks (:class:`Metrics`),
-  counted by :mod:`groupers.measures`.
+  counted by :mod:`groupers.measures`;
+- :func:`stream_skew`: how evenly an answer spreads each stream (0 or 1 is as even as balance
+  allows when processors are equal and take whole shares).
 
 Pure: no I/O. networkx is imported only when the exact min-cost flow runs.
 """
@@ -30,6 +32,7 @@ from groupers.measures import (
     tasks_kept_local,
     tasks_moved,
 )
+from groupers.spread import stream_of
 from metadata.model import ContainerModel, TaskModel
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "locality_upper_bound",
     "measure",
     "movement_lower_bound",
+    "stream_skew",
 ]
 
 #: With ``exact=None``, :func:`best_locality` solves an instance that has no closed form by the
@@ -373,3 +377,22 @@ def combine(steps: Sequence[Metrics]) -> Metrics:
         max_minus_min=max(m.max_minus_min for m in steps),
         steps=sum(m.steps for m in steps),
     )
+
+
+def stream_skew(
+    tasks: Collection[TaskModel],
+    metadata: GrouperMetadata,
+    containers: Iterable[ContainerModel],
+) -> int:
+    """The worst stream's spread: over every stream (:func:`groupers.spread.stream_of`), the
+    most minus the fewest of its tasks on one live processor (a processor without any counts as
+    0), as Kafka Streams' ``AssignmentTestUtils.analyzeTaskAssignmentBalance`` per subtopology.
+    """
+    stream = {task.name: stream_of(task) for task in tasks}
+    live = list(metadata.processor_locality)
+    per: dict[str, Counter[str]] = {s: Counter(dict.fromkeys(live, 0)) for s in stream.values()}
+    for container in containers:
+        for name in container.tasks:
+            if name in stream:
+                per[stream[name]][container.processor_id] += 1
+    return max((max(c.values()) - min(c.values()) for c in per.values() if c), default=0)

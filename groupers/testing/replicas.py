@@ -10,7 +10,10 @@ as far as they can be seen from its answers:
   replicas, at most ``max_warmup_replicas`` tasks have a (warm-up) copy;
 - ``max_moves_per_rebalance``: at most that many tasks leave a live processor;
 - balance: with none of the above holding moves back, each processor has floor or ceil of
-  ``T * cap(p) / sum(cap)`` tasks.
+  ``T * cap(p) / sum(cap)`` tasks;
+- the named scenarios of :mod:`groupers.testing.copies` (issue 26): caught-up copies on every
+  processor cost no spread, and (with warm-up) a move to a caught-up copy is taken before a
+  warm-up is planned for that room.
 
 Validity and purity are :func:`groupers.testing.check_grouper`'s; run both.
 """
@@ -24,6 +27,7 @@ from hypothesis import strategies as st
 
 from groupers.api import TaskNameGrouper, validate
 from groupers.measures import balance_bounds
+from groupers.testing.copies import check_caught_up_scenarios
 from groupers.testing.strategies import GrouperInput, grouper_inputs
 from metadata.model import ContainerModel
 
@@ -64,6 +68,13 @@ def check_replica_options(
             _check_capacity_balance(data, answer)
 
     rules_hold()
+    check_caught_up_scenarios(
+        grouper,
+        standby_replicas=standby_replicas,
+        max_warmup_replicas=max_warmup_replicas,
+        acceptable_recovery_lag=acceptable_recovery_lag,
+        max_moves_per_rebalance=max_moves_per_rebalance,
+    )
 
 
 def _owners(answer: set[ContainerModel]) -> dict[str, str]:

@@ -10,7 +10,7 @@ from collections.abc import Collection
 import pytest
 
 from groupers import GrouperMetadata, get_grouper, measures
-from groupers.matching import max_flow_bipartite
+from groupers.matching import max_flow, max_flow_bipartite
 from groupers.testing import oracles
 from groupers.testing import scenarios as sc
 from metadata.model import ContainerModel, FrozenMap, TaskModel
@@ -564,3 +564,41 @@ def test_bipartite_max_flow_reaches_the_maximum_and_respects_capacities() -> Non
             graph.add_edge(("r", right), "t", capacity=room[right])
         best = nx.maximum_flow_value(graph, "s", "t") if edges else 0
         assert sum(flow.values()) == best
+
+
+def test_bipartite_max_flow_serves_left_nodes_in_the_order_given() -> None:
+    """With ``order`` the first left nodes take their first right nodes, and the flow is still
+    maximum: ``c`` has only ``x``, so ``a`` (served first, on ``x``) moves over to ``y``."""
+    edges = {"c": {"x": 1}, "a": {"x": 1, "y": 1}, "b": {"x": 1, "z": 1}}
+    room = {"x": 1, "y": 1, "z": 1}
+    supply = dict.fromkeys(edges, 1)
+    flow = max_flow_bipartite(supply, room, edges, order=["b", "a"])
+    assert {pair for pair, units in flow.items() if units} == {("b", "x"), ("a", "y")}
+    flow = max_flow_bipartite(supply, room, edges, order=["a", "b", "c"])
+    assert {pair for pair, units in flow.items() if units} == {("a", "y"), ("b", "z"), ("c", "x")}
+    flow = max_flow_bipartite(supply, room, edges)  # sorted: a, b, c
+    assert {pair for pair, units in flow.items() if units} == {("a", "y"), ("b", "z"), ("c", "x")}
+
+
+def test_general_max_flow_reaches_the_maximum_and_conserves_flow() -> None:
+    nx = pytest.importorskip("networkx")
+    rng = random.Random(5)
+    for _ in range(300):
+        n = rng.randint(2, 9)
+        capacity: dict[tuple[int, int], int] = {}
+        for _ in range(rng.randint(0, 25)):
+            tail, head = rng.randrange(n), rng.randrange(n)
+            if tail != head:
+                capacity[(tail, head)] = rng.randint(0, 4)
+        arcs = [(tail, head, cap) for (tail, head), cap in capacity.items()]
+        flow = max_flow(arcs, 0, n - 1)
+        assert all(0 <= flow[(t, h)] <= c for t, h, c in arcs)
+        for node in range(1, n - 1):
+            into = sum(flow[(t, h)] for t, h, _ in arcs if h == node)
+            assert into == sum(flow[(t, h)] for t, h, _ in arcs if t == node)
+        out = sum(flow[(t, h)] for t, h, _ in arcs if t == 0)
+        back = sum(flow[(t, h)] for t, h, _ in arcs if h == 0)
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(n))
+        graph.add_edges_from((t, h, {"capacity": c}) for t, h, c in arcs)
+        assert out - back == nx.maximum_flow_value(graph, 0, n - 1)
