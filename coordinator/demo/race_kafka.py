@@ -51,17 +51,20 @@ class KafkaRaceInput(RaceInput):
     produced: set[int] = field(default_factory=set, compare=False)
 
     def drop(self, b: int, way: str) -> None:
-        from locality.spark.kafka import write_records
+        """Produce batch ``b`` once, in one transaction: a ``read_committed`` reader sees all of
+        it or none (a query that triggers on its own never takes half a batch)."""
+        import pandas as pd
+
+        from locality.spark.kafka import TransactionalWriter
 
         if b in self.produced:
             return
-        import pandas as pd
-
         rows = self.batch(b)
         frame = pd.DataFrame(
             {"key": [r["user"] for r in rows], "value": [json.dumps(r) for r in rows]}
         )
-        write_records(self.servers, self.topic, frame)
+        with TransactionalWriter(self.servers, f"race-input-{self.topic}") as transaction:
+            transaction.write(self.topic, frame)
         self.produced.add(b)
 
 
@@ -91,6 +94,7 @@ class KafkaSparkWay(SparkWay):
             .option("kafka.bootstrap.servers", self.kafka.servers)
             .option("subscribe", self.kafka.topic)
             .option("startingOffsets", "earliest")
+            .option("kafka.isolation.level", "read_committed")
             .load()
             .selectExpr(f"from_json(CAST(value AS STRING), '{CLICK_DDL}') AS c")
             .select("c.*")
