@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,29 +44,45 @@ CLICK_DDL = "user string, value long, pad long"  # the same, as Spark's
 
 @dataclass(frozen=True)
 class KafkaRaceInput(RaceInput):
-    """The clicks as records of ``topic`` on ``servers`` (each batch produced once)."""
+    """The clicks as records on ``servers``: each way reads a topic of its own (``<topic>-<way>``)
+    with the same records, produced when it is the way's turn, as the file race drops each way
+    its own file (a query that triggers by itself does not run beside the other way's batch)."""
 
     servers: str = ""
     topic: str = ""
     output_topic: str = ""
-    produced: set[int] = field(default_factory=set, compare=False)
+
+    def topic_of(self, way: str) -> str:
+        return f"{self.topic}-{way}"
 
     def drop(self, b: int, way: str) -> None:
-        """Produce batch ``b`` once, in one transaction: a ``read_committed`` reader sees all of
-        it or none (a query that triggers on its own never takes half a batch)."""
+        """Produce batch ``b`` to ``way``'s topic in one transaction, and wait until all of it
+        is visible to a ``read_committed`` reader."""
         import pandas as pd
 
         from locality.spark.kafka import TransactionalWriter
 
-        if b in self.produced:
-            return
         rows = self.batch(b)
         frame = pd.DataFrame(
             {"key": [r["user"] for r in rows], "value": [json.dumps(r) for r in rows]}
         )
-        with TransactionalWriter(self.servers, f"race-input-{self.topic}") as transaction:
-            transaction.write(self.topic, frame)
-        self.produced.add(b)
+        topic = self.topic_of(way)
+        with TransactionalWriter(self.servers, f"race-input-{topic}") as transaction:
+            transaction.write(topic, frame)
+        self._wait_visible(topic)
+
+    def _wait_visible(self, topic: str, timeout_s: float = 60.0) -> None:
+        """Until every partition's last stable offset is its end: the broker writes a
+        transaction's commit markers after the commit returns, partition by partition."""
+        from locality.spark.kafka import end_offsets
+
+        deadline = time.monotonic() + timeout_s
+        while end_offsets(self.servers, [topic]) != end_offsets(
+            self.servers, [topic], committed_only=False
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: a committed batch not visible in {timeout_s}s")
+            time.sleep(0.05)
 
 
 def decode_clicks(records: pa.Table) -> pa.Table:
@@ -82,17 +99,36 @@ def decode_clicks(records: pa.Table) -> pa.Table:
 
 
 class KafkaSparkWay(SparkWay):
-    """Spark's own operator over Spark's Kafka connector."""
+    """Spark's own operator over Spark's Kafka connector.
+
+    Spark triggers on its own when new offsets show, and plans each partition's end offset
+    apart: a race batch (one transaction over every partition) can come as two of Spark's
+    batches, and a commit marker alone makes a batch without records. So its outputs are kept
+    per race batch: each user's last output row of the batches Spark ran for it (the state after
+    the race batch, as the reference gives it)."""
 
     def __init__(self, source: KafkaRaceInput, checkpoint: Path, partitions: int) -> None:
         super().__init__(source, checkpoint, partitions)
         self.kafka = source
+        self._rows: dict[Any, tuple[Any, ...]] = {}
+
+    def _sink(self, df: Any, batch_id: int) -> None:
+        for row in df.collect():
+            self._rows[row[0]] = tuple(row)
+
+    def run(self, phase: str) -> list[RaceBatch]:
+        """What the topic has; the race batch's output (Spark may have begun it on its own
+        as soon as it showed, before this call)."""
+        done = super().run(phase)
+        self.outputs[len(self.outputs)] = sorted(self._rows.values())
+        self._rows = {}
+        return done
 
     def start(self, session: Any) -> None:
         stream = (
             session.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.kafka.servers)
-            .option("subscribe", self.kafka.topic)
+            .option("subscribe", self.kafka.topic_of(self.name))
             .option("startingOffsets", "earliest")
             .option("kafka.isolation.level", "read_committed")
             .load()

@@ -119,9 +119,10 @@ class StreamingRace:
             }
         self.note("starting a Kafka broker (KRaft) ...")
         self.broker.start()
-        for topic in (source.topic, source.output_topic):
+        for topic in (*(source.topic_of(w) for w in WAYS), source.output_topic):
             self.broker.create_topic(topic, self.tasks)
-        config = race_config(self.zookeeper.hosts, self.workdir, self.tasks, topic=source.topic)
+        topic = source.topic_of("affinity")
+        config = race_config(self.zookeeper.hosts, self.workdir, self.tasks, topic=topic)
         return {
             "affinity": KafkaAffinityWay(source, affinity_ckpt, config),
             "spark": KafkaSparkWay(source, spark_ckpt, self.tasks),
