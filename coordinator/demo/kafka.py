@@ -28,18 +28,15 @@ import base64
 import socket
 import struct
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from coordinator.demo.processes import (
+    LocalDaemon,
     ProcessExited,
     free_port,
-    kill_process,
-    stop_processes,
     wait_until,
 )
 from locality.spark.maven import KAFKA_BROKER, MavenFetchFailed, jars
@@ -120,8 +117,10 @@ def live_brokers(port: int, timeout_s: float = 2.0) -> list[int]:
     return nodes
 
 
-class KafkaBroker:
+class KafkaBroker(LocalDaemon):
     """One single-node Kafka cluster (KRaft, combined broker and controller) in ``workdir``."""
+
+    stop_timeout_s = 20.0
 
     def __init__(
         self,
@@ -142,25 +141,14 @@ class KafkaBroker:
         self.jvm_options = tuple(jvm_options)
         self.settings = dict(settings or {})
         self.startup_timeout_s = startup_timeout_s
-        self.log_path = self.workdir / "server.log"
+        super().__init__(self.workdir / "server.log")
         #: Seconds the last :meth:`start` took (format included), for the benchmarks.
         self.last_start_s: float | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
 
     @property
     def bootstrap_servers(self) -> str:
         """The client address, ``127.0.0.1:<port>``."""
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """The broker's process id while it runs."""
-        return None if self._process is None else self._process.pid
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def config_lines(self) -> list[str]:
         """The ``server.properties`` lines: single node, loopback, small and fast."""
@@ -278,34 +266,6 @@ class KafkaBroker:
                 + self._log_tail()
             ) from None
 
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """Stop the broker gracefully (SIGTERM), or kill it if it does not stop in time."""
-        with self._lock:
-            process, self._process = self._process, None
-        stop_processes([process], timeout_s)
-
-    def kill(self) -> None:
-        """Kill the broker at once (SIGKILL, like a crash): nothing is flushed or closed."""
-        with self._lock:
-            process, self._process = self._process, None
-        kill_process(process)
-
-    def restart(self, *, hard: bool = True, down_s: float = 0.0) -> None:
-        """Kill (``hard``) or stop the broker, wait ``down_s``, start it on the same data."""
-        if hard:
-            self.kill()
-        else:
-            self.stop()
-        if down_s:
-            time.sleep(down_s)
-        self.start()
-
     def create_topic(
         self, name: str, partitions: int, *, config: Mapping[str, str] | None = None
     ) -> None:
@@ -319,14 +279,3 @@ class KafkaBroker:
         from locality.spark.kafka.admin import add_partitions
 
         add_partitions(self.bootstrap_servers, name, total)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

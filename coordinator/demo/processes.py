@@ -1,7 +1,9 @@
 """Local daemons' process helpers: a free port, waiting until a process is ready (or has exited),
 stopping processes (SIGTERM, then SIGKILL) or killing them at once, one process or its whole
-group. :class:`~coordinator.demo.zookeeper.EmbeddedZooKeeper` uses them, and so does every
-other daemon we start (e.g. the example's Spark cluster)."""
+group; and :class:`LocalDaemon`, what one server process of ours does besides starting (its log,
+stop, kill, restart), the base of :class:`~coordinator.demo.zookeeper.EmbeddedZooKeeper` and
+:class:`~coordinator.demo.kafka.KafkaBroker`. Every daemon we start uses them (the Spark
+cluster too)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,15 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 __all__ = [
+    "LocalDaemon",
     "ProcessExited",
     "free_port",
     "group_alive",
@@ -131,3 +138,71 @@ def stop_group(pgid: int, timeout_s: float = 10.0) -> None:
     while group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
     signal_group(pgid, signal.SIGKILL)
+
+
+class LocalDaemon:
+    """One server process of ours, once started (:meth:`start`, the subclass's): where it logs,
+    and how it stops (SIGTERM, then SIGKILL after :attr:`stop_timeout_s`), dies (SIGKILL, like a
+    crash) and comes back on its data. Usable as a context manager::
+
+        with EmbeddedZooKeeper(workdir) as zookeeper:   # started; stopped at the end
+            zookeeper.restart(hard=True)                # kill -9, then start again
+    """
+
+    stop_timeout_s = 10.0
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while it runs."""
+        return None if self._process is None else self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop it gracefully (SIGTERM), or kill it if it does not stop in time."""
+        with self._lock:
+            process, self._process = self._process, None
+        stop_processes([process], self.stop_timeout_s if timeout_s is None else timeout_s)
+
+    def kill(self) -> None:
+        """Kill it at once (SIGKILL, like a crash): nothing is flushed or closed."""
+        with self._lock:
+            process, self._process = self._process, None
+        kill_process(process)
+
+    def restart(self, *, hard: bool = True, down_s: float = 0.0) -> None:
+        """Kill (``hard``) or stop it, wait ``down_s``, start it again on the same data."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        if down_s:
+            time.sleep(down_s)
+        self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -124,8 +124,9 @@ class KafkaSparkWay(SparkWay):
         self._rows = {}
         return done
 
-    def start(self, session: Any) -> None:
-        stream = (
+    def stream(self, session: Any) -> Any:
+        """The clicks: Spark's Kafka connector over the way's topic, committed records only."""
+        return (
             session.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.kafka.servers)
             .option("subscribe", self.kafka.topic_of(self.name))
@@ -134,16 +135,6 @@ class KafkaSparkWay(SparkWay):
             .load()
             .selectExpr(f"from_json(CAST(value AS STRING), '{CLICK_DDL}') AS c")
             .select("c.*")
-        )
-        self.query = (
-            stream.groupBy("user")
-            .applyInPandasWithState(
-                count_clicks_random, OUTPUT_SCHEMA, STATE_SCHEMA, "update", "NoTimeout"
-            )
-            .writeStream.outputMode("update")
-            .foreachBatch(self._sink)
-            .option("checkpointLocation", str(self.checkpoint))
-            .start()
         )
 
 

@@ -184,14 +184,18 @@ class SparkWay:
         self.query: Any = None
         self.last = -1
 
-    def start(self, session: Any) -> None:
-        stream = (
+    def stream(self, session: Any) -> Any:
+        """The clicks: the file source, one file a trigger."""
+        return (
             session.readStream.schema(INPUT_SCHEMA)
             .option("maxFilesPerTrigger", 1)
             .json(str(self.source.folder(self.name)))
         )
+
+    def start(self, session: Any) -> None:
         self.query = (
-            stream.groupBy("user")
+            self.stream(session)
+            .groupBy("user")
             .applyInPandasWithState(
                 count_clicks_random, OUTPUT_SCHEMA, STATE_SCHEMA, "update", "NoTimeout"
             )

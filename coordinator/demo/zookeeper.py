@@ -28,15 +28,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from kazoo.client import KazooClient, KazooState
 
 from coordinator.demo.processes import (
+    LocalDaemon,
     ProcessExited,
     free_port,
-    kill_process,
-    stop_processes,
     wait_until,
 )
 
@@ -94,7 +92,7 @@ class TlsFiles:
         return cls(ca=str(ca_cert), certfile=str(cert), keyfile=str(key))
 
 
-class EmbeddedZooKeeper:
+class EmbeddedZooKeeper(LocalDaemon):
     """One standalone ZooKeeper server in ``workdir`` (``data/``, ``zoo.cfg``, ``server.log``)."""
 
     def __init__(
@@ -115,9 +113,7 @@ class EmbeddedZooKeeper:
         self.heap_mb = heap_mb
         self.startup_timeout_s = startup_timeout_s
         self.tls = TlsFiles.create(self.workdir / "tls") if tls else None
-        self.log_path = self.workdir / "server.log"
-        self._process: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
+        super().__init__(self.workdir / "server.log")
 
     @property
     def hosts(self) -> str:
@@ -130,15 +126,6 @@ class EmbeddedZooKeeper:
         if self.secure_port is None:
             raise RuntimeError("this server was created without tls=True")
         return f"127.0.0.1:{self.secure_port}"
-
-    @property
-    def pid(self) -> int | None:
-        """The server's process id while it runs."""
-        return None if self._process is None else self._process.pid
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def _config_lines(self) -> list[str]:
         """This server's settings (an ensemble would add its ``server.N`` lines)."""
@@ -244,45 +231,6 @@ class EmbeddedZooKeeper:
             raise ZooKeeperUnavailable(
                 f"ZooKeeper did not answer within {self.startup_timeout_s}s; see {self.log_path}"
             ) from None
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the server gracefully (SIGTERM), or kill it if it does not stop in time."""
-        with self._lock:
-            process, self._process = self._process, None
-        stop_processes([process], timeout_s)
-
-    def kill(self) -> None:
-        """Kill the server at once (SIGKILL, like a crash): nothing is flushed or closed."""
-        with self._lock:
-            process, self._process = self._process, None
-        kill_process(process)
-
-    def restart(self, *, hard: bool = True, down_s: float = 0.0) -> None:
-        """Kill (``hard``) or stop the server, wait ``down_s``, start it on the same data dir."""
-        if hard:
-            self.kill()
-        else:
-            self.stop()
-        if down_s:
-            time.sleep(down_s)
-        self.start()
-
-    def __enter__(self) -> EmbeddedZooKeeper:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def four_letter_word(self, word: str, timeout_s: float = 2.0) -> str:
         """Send a four-letter command (``srvr``, ``ruok``, ``mntr``) and return the answer."""

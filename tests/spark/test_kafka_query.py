@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pandas as pd
 import pytest
 from pyspark import cloudpickle
 from spark_app import SparkApp
+from stalls import kill_when_marked, stalls_once
 
 from coordinator.config import JobConfig, load_config
 from coordinator.demo.kafka import KafkaBroker
@@ -132,44 +131,6 @@ def reference(broker: KafkaBroker, topic: str, ends: dict[int, dict[str, int]]) 
     return expected
 
 
-def stalls_once(armed: str, marker: str) -> Callable[..., Iterator[Any]]:
-    """``count``, but once ``armed`` exists the first call to create ``marker`` writes its
-    executor id there and sleeps (the test kills that executor meanwhile)."""
-
-    def function(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
-        import os
-        import time as clock
-
-        from locality.spark import current_executor_id
-
-        if os.path.exists(armed):
-            try:
-                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                pass
-            else:
-                os.write(fd, (current_executor_id() or "").encode())
-                os.close(fd)
-                clock.sleep(60)
-        yield from count(key, pdfs, state)
-
-    return function
-
-
-def kill_when_marked(marker: Path, app: SparkApp, cluster: Any, killed: list[str]) -> None:
-    def watch() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not marker.exists():
-            time.sleep(0.05)
-        time.sleep(0.2)
-        executor = marker.read_text().strip() if marker.exists() else ""
-        if executor:
-            cluster.kill_executor(app.app_id, executor)
-            killed.append(executor)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def test_tasks_own_their_partitions_through_failures(
     app: SparkApp,
     spark_cluster: Any,
@@ -185,7 +146,7 @@ def test_tasks_own_their_partitions_through_failures(
     def make(sink: Callable[[Any, int], None]) -> KafkaQuery:
         assert app.session is not None
         return stateful_kafka_query(
-            stalls_once(str(armed), str(marker)),
+            stalls_once(count, str(armed), str(marker)),
             spark=app.session, kafka=kafka_broker.bootstrap_servers, output_schema=OUTPUT,
             state_schema="n long, total long", config=config, sink=sink,
             max_records_per_batch=700,
@@ -202,7 +163,7 @@ def test_tasks_own_their_partitions_through_failures(
         produce(kafka_broker, topic, 1000, 400)
         armed.touch()
         killed: list[str] = []
-        kill_when_marked(marker, app, spark_cluster, killed)
+        kill_when_marked(marker, spark_cluster, app.app_id, killed)
         assert run.batch().rows_in == 400
         armed.unlink()
         assert killed

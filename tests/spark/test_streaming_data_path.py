@@ -7,7 +7,6 @@ output nor the state."""
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from affinity_pipeline.streaming import (
 )
 from pyspark import cloudpickle
 from spark_app import SparkApp
+from stalls import kill_when_marked, stalls_once
 from test_stateful_streaming import FileQuery, Sink, job_config
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
@@ -154,31 +154,6 @@ def test_a_batch_never_reaches_the_driver(
     assert len(spy.received) == 3 and all(n == TASKS for n in spy.received), spy.received
 
 
-def stalls_once(armed: str, marker: str) -> Callable[..., Iterator[Any]]:
-    """count_clicks, but once ``armed`` exists the first call to get ``marker`` (created
-    exclusively) writes its executor id there and sleeps, so the test can kill that executor
-    in the middle of the batch; every other call, and the retried task, runs at once."""
-
-    def function(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
-        import os
-        import time as clock
-
-        from locality.spark import current_executor_id
-
-        if os.path.exists(armed):
-            try:
-                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                pass
-            else:
-                os.write(fd, (current_executor_id() or "").encode())
-                os.close(fd)
-                clock.sleep(60)
-        yield from count_clicks(key, pdfs, state)
-
-    return function
-
-
 def test_an_executor_killed_during_a_batch(
     app: SparkApp,
     spark_cluster: StandaloneCluster,
@@ -191,7 +166,7 @@ def test_an_executor_killed_during_a_batch(
     armed, marker = tmp_path / "armed", tmp_path / "stalled-executor"
     sink = Sink()
     handler = stateful_foreach_batch(
-        stalls_once(str(armed), str(marker)),
+        stalls_once(count_clicks, str(armed), str(marker)),
         key_columns=["user"],
         output_schema=OUTPUT_SCHEMA,
         state_schema=STATE_SCHEMA,
@@ -205,7 +180,7 @@ def test_an_executor_killed_during_a_batch(
         query.run(range(2))
         armed.touch()
         killed: list[str] = []
-        watcher = _kill_when_marked(marker, spark_cluster, app, killed)
+        watcher = kill_when_marked(marker, spark_cluster, app.app_id, killed)
         during = query.run(range(2, 3))
         watcher.join(5)
         armed.unlink()
@@ -219,26 +194,6 @@ def test_an_executor_killed_during_a_batch(
     # the output of the batch the kill interrupted, and of the batches after it (the state
     # they start from), equal the single-process reference
     assert sink.batches == reference_clicks(files, range(5))
-
-
-def _kill_when_marked(
-    marker: Path, cluster: StandaloneCluster, app: SparkApp, killed: list[str]
-) -> threading.Thread:
-    """Kill the executor named in ``marker`` once it appears (in a thread)."""
-
-    def watch() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not marker.exists():
-            time.sleep(0.05)
-        time.sleep(0.2)
-        executor = marker.read_text().strip() if marker.exists() else ""
-        if executor:
-            cluster.kill_executor(app.app_id, executor)
-            killed.append(executor)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
 
 
 def expires(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
