@@ -48,6 +48,7 @@ class Assignment:
     given_up: set[str] = field(default_factory=set)  # previous tasks that leave
     placed: dict[str, list[str]] = field(default_factory=dict)  # processor -> tasks it gains
     rank: dict[str, int] | None = None  # task -> rank in the spread order (None: name order)
+    stream: Mapping[str, str] | None = None  # task -> its stream (None: one stream)
     _paths: dict[str, Path] = field(default_factory=dict)
 
     @classmethod
@@ -57,10 +58,13 @@ class Assignment:
         metadata: GrouperMetadata,
         balance_slack: int,
         order: list[str] | None = None,
+        streams: Mapping[str, str] | None = None,
     ) -> Assignment:
         """Balance bounds, and every task either kept by its live previous processor or an
         orphan (budgets are set by the caller). ``order``: the task names in spread order
-        (:func:`groupers.spread.spread_order`; None: name order)."""
+        (:func:`groupers.spread.spread_order`; None: name order); ``streams``: each task's
+        stream (:func:`groupers.spread.stream_of`), dealt evenly over the processors that take
+        tasks at one place (:meth:`deal`)."""
         locations = metadata.processor_locality
         processors = sorted(locations)
         names = order if order is not None else sorted(set(task_names))
@@ -84,6 +88,7 @@ class Assignment:
             orphans=orphans,
             placed={pid: [] for pid in processors},
             rank={name: rank for rank, name in enumerate(order)} if order is not None else None,
+            stream=streams if order is not None else None,
         )
         state.processor_path = {pid: state.path_of(locations[pid]) for pid in processors}
         return state
@@ -126,22 +131,53 @@ class Assignment:
 
         Returns how many tasks were placed (at most ``budget`` when given).
         """
-        placed = self.placed
+        takes: list[tuple[str, int]] = []
         done = 0
-        while tasks and slots and (budget is None or done < budget):
+        while len(tasks) > done and slots and (budget is None or done < budget):
             slot = slots[-1]
-            take = min(slot.free, len(tasks))
+            take = min(slot.free, len(tasks) - done)
             if budget is not None:
                 take = min(take, budget - done)
-            chunk = tasks[-take:]
-            del tasks[-take:]
-            chunk.reverse()
-            placed[slot.processor_id].extend(chunk)
+            takes.append((slot.processor_id, take))
             done += take
             slot.free -= take
             if not slot.free:
                 slots.pop()
+        if done:
+            chunk = tasks[-done:]
+            del tasks[-done:]
+            chunk.reverse()
+            self.deal(chunk, takes)
         return done
+
+    def deal(self, chunk: list[str], takes: list[tuple[str, int]]) -> None:
+        """Place ``chunk`` (tasks in spread order) on processors, ``takes`` giving how many each
+        (in order). One stream: each processor takes the next run of the chunk. Several: the
+        streams are dealt round-robin over the processors with room left, the largest stream
+        first, the cursor carried from one stream to the next, so each processor holds floor or
+        ceil of its share of every stream wherever the counts allow (Kafka Streams deals
+        subtopologies the same way); a run of an interleaved order cannot do that when the
+        counts differ or streams differ in size (issue 26)."""
+        placed = self.placed
+        if self.stream is None:
+            start = 0
+            for pid, take in takes:
+                placed[pid].extend(chunk[start : start + take])
+                start += take
+            return
+        by_stream: dict[str, list[str]] = {}
+        for name in chunk:
+            by_stream.setdefault(self.stream[name], []).append(name)
+        streams = sorted(by_stream.values(), key=lambda names: -len(names))  # stable: first seen
+        left = [take for _, take in takes]
+        cursor = 0
+        for names in streams:
+            for name in names:
+                while not left[cursor]:
+                    cursor = (cursor + 1) % len(takes)
+                placed[takes[cursor][0]].append(name)
+                left[cursor] -= 1
+                cursor = (cursor + 1) % len(takes)
 
     def fill_level(self, tasks: list[str], slots: list[Slots], budget: int) -> int:
         """Like :meth:`fill` for optional room, but each task goes to the least loaded
@@ -173,22 +209,20 @@ class Assignment:
 
     def place_movers(self, node: Node) -> None:
         """Tasks that must move, at this node, into its mandatory room, then its optional
-        room while the optional budget lasts. With several streams (a spread order) each
-        processor takes its share as one run of that order (:meth:`place_in_runs`)."""
+        room while the optional budget lasts. With several streams (a spread order) the
+        counts come first and the tasks are then dealt by stream (:meth:`place_dealt`)."""
         if self.rank is not None and node.tasks and node.optional and self.optional_budget:
-            self.place_in_runs(node)
+            self.place_dealt(node)
             return
         self.fill(node.tasks, node.mandatory, None)
         if self.optional_budget:
             self.optional_budget -= self.fill_level(node.tasks, node.optional, self.optional_budget)
 
-    def place_in_runs(self, node: Node) -> None:
+    def place_dealt(self, node: Node) -> None:
         """The counts of :meth:`place_movers` (mandatory room in id order, then the optional
-        budget to the least loaded), but each processor takes its tasks as **one** run of the
-        spread order, processors in id order: a run of a round-robin of equal streams holds
-        floor or ceil of its length over the streams of each, where a mandatory run plus an
-        optional task from further on can give one processor two of a stream another has none
-        of (issue 26)."""
+        budget to the least loaded) decided first, then the tasks dealt to them by stream
+        (:meth:`deal`): filling mandatory room and then optional room one task at a time can
+        give one processor two of a stream another has none of (issue 26)."""
         tasks, left = node.tasks, len(node.tasks)
         counts: Counter[str] = Counter()
         for slot in reversed(node.mandatory):  # id order
@@ -200,12 +234,13 @@ class Assignment:
         extra = self._least_loaded(node.optional, min(self.optional_budget, left), counts)
         counts.update(extra)
         self.optional_budget -= len(extra)
-        for pid in sorted(counts):
-            if counts[pid]:
-                chunk = tasks[len(tasks) - counts[pid] :]
-                del tasks[len(tasks) - counts[pid] :]
-                chunk.reverse()
-                self.placed[pid].extend(chunk)
+        takes = [(pid, counts[pid]) for pid in sorted(counts) if counts[pid]]
+        total = sum(take for _, take in takes)
+        if total:
+            chunk = tasks[len(tasks) - total :]
+            del tasks[len(tasks) - total :]
+            chunk.reverse()
+            self.deal(chunk, takes)
 
     def gain(self, node: Node, depth: int) -> None:
         """Pass A at one node: only matches that gain locality. Moving tasks take the room

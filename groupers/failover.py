@@ -19,7 +19,8 @@ The matching keeps the other priorities among equally good answers (issue 26):
 - *spread*: orphans are served in spread order (:func:`groupers.spread.spread_order`), each
   taking the first holder with room, and when optional room was used too they are matched once
   more to the same counts, so a processor's share is one run of that order (a share of every
-  stream), as in the locality phases (:meth:`groupers.assignment.Assignment.place_in_runs`);
+  stream; the locality phases, whose tasks may go to any processor of a place, deal them by
+  stream instead: :meth:`groupers.assignment.Assignment.deal`);
 - *locality*: an orphan tries the holders nearest its recorded location first (then by id);
 - an orphan with a caught-up copy on **every** live processor is on a copy wherever it goes:
   the phase leaves it to the locality phases, so copies that single out no processor change

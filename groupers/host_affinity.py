@@ -29,8 +29,9 @@ Priorities, strictly in this order (DESIGN.md "Grouper contract"):
 4. **Spread.** Among equally good tasks, choices follow the spread order
    (:func:`groupers.spread.spread_order`: streams dealt round-robin), so every processor of a
    fresh or rebalanced assignment gets a share of every stream; name order when all tasks read
-   the same streams. The tasks a node's room takes go to each processor as one run of that
-   order (:meth:`groupers.assignment.Assignment.place_in_runs`), and the phases that read
+   the same streams. The tasks a node's room takes are dealt to its processors by stream,
+   largest stream first, so each holds floor or ceil of its share of every stream whatever the
+   streams' sizes (:meth:`groupers.assignment.Assignment.deal`), and the phases that read
    ``task_state`` (failover, warm-up) follow the same order, so copies that single out no
    processor change nothing (issue 26).
 5. **Determinism.** Every choice is made in sorted order of tasks (spread order), processor ids
@@ -89,7 +90,7 @@ from groupers.holdback import HoldBack, hold_back
 from groupers.locations import common_depth
 from groupers.measures import balance_bounds
 from groupers.sheds import LossySheds, ZeroLossLocal, forced_sheds_matched
-from groupers.spread import spread_order
+from groupers.spread import spread_order, stream_of
 from groupers.standby import place_standbys
 from groupers.tree import Candidate, Node, Slots, anything, loses_nothing, sweep
 from groupers.virtual import inherit_locality, needs_inheritance
@@ -141,6 +142,7 @@ class HostAffinityGrouper:
             list(by_name),
             metadata,
             order=order,
+            streams={name: stream_of(task) for name, task in by_name.items()} if order else None,
             balance_slack=self.balance_slack,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
         )
@@ -185,6 +187,7 @@ def assign(
     metadata: GrouperMetadata,
     *,
     order: list[str] | None = None,
+    streams: Mapping[str, str] | None = None,
     balance_slack: int = 0,
     acceptable_recovery_lag: int = 0,
 ) -> dict[str, list[str]]:
@@ -196,7 +199,7 @@ def assign(
     if not metadata.processor_locality:
         return {}
     # ---------------------------------------------------------------- 1. budgets
-    state = _budgets(task_names, metadata, balance_slack, order)
+    state = _budgets(task_names, metadata, balance_slack, order, streams)
     # ---------------------------------------------------------------- 2. keep
     _keep(state, metadata)
     # ---------------------------------------------------------------- 2b. failover to copies
@@ -218,12 +221,13 @@ def _budgets(
     metadata: GrouperMetadata,
     balance_slack: int,
     order: list[str] | None = None,
+    streams: Mapping[str, str] | None = None,
 ) -> Assignment:
     """Bounds, kept and orphaned tasks, and the budgets: every processor keeps
     ``min(previous tasks, upper)``; the surplus of moving tasks over the room below the lower
     bound goes to optional slots, or the shortfall is made up by optional sheds (exactly one of
     the two budgets is non-zero, or both are zero)."""
-    state = Assignment.start(task_names, metadata, balance_slack, order)
+    state = Assignment.start(task_names, metadata, balance_slack, order, streams)
     upper, lower = state.upper, state.lower
     keeping = {pid: min(len(tasks), upper[pid]) for pid, tasks in state.kept.items()}
     moving = len(state.orphans) + sum(len(state.kept[p]) - keeping[p] for p in state.processors)

@@ -6,8 +6,10 @@ processor gives up) is made in one fixed order of the tasks. Name order puts all
 one stream together (``SystemStreamPartition [kafka, clicks, 0..3]`` before ``orders``), so a
 fresh assignment gave one processor every ``clicks`` partition. :func:`spread_order` interleaves
 the streams instead: the first task of every stream, then the second of every stream, ... (each
-stream's tasks in name order), so any run of that order holds a share of every stream, and so
-does every processor's share of a fresh or rebalanced assignment. A task's *stream* is the set of
+stream's tasks in name order), so the tasks a choice takes hold a share of every stream; where
+the tasks of one place go to several processors they are dealt by stream
+(:meth:`groupers.assignment.Assignment.deal`), so every processor's share of a fresh or
+rebalanced assignment holds floor or ceil of every stream's. A task's *stream* is the set of
 ``(system, stream)`` of its partitions, so tasks that all read the same streams
 (``group-by-partition``) keep name order, as do inputs with a single stream.
 """
