@@ -95,9 +95,11 @@ def goals(results: Sequence[RunFigures], sizes: Sequence[int]) -> dict[str, Any]
             out[f"{kind} peak, largest / smallest"] = round(
                 large.peaks[kind] / small.peaks[kind], 2
             )
-    scaling = [_find(results, "affinity", sizes[-1], n) for n in (1, 2, 3)]
-    if all(scaling):
-        out["affinity rows/s with 1, 2, 3 executors"] = [round(r.rows_per_s) for r in scaling if r]
+    for way in ("affinity", "spark"):
+        scaling = [_find(results, way, sizes[-1], n) for n in (1, 2, 3)]
+        if all(scaling):
+            rates = [round(r.rows_per_s) for r in scaling if r]
+            out[f"{way} rows/s with 1, 2, 3 executors"] = rates
     outputs = {}
     for rows in sizes:
         runs = [_find(results, w, rows, 3) for w in WAYS]
@@ -136,4 +138,11 @@ def markdown(results: Sequence[RunFigures], sizes: Sequence[int], steady: int) -
         "",
     ]
     lines += [f"- {name}: {value}" for name, value in goals(results, sizes).items()]
+    cores = os.cpu_count() or 1
+    if cores < 3:
+        lines.append(
+            f"- this machine has {cores} cores for the driver and every executor: executors past "
+            f"{cores} only share them, so rows/s with executors is bounded by the cores here, "
+            "for both ways; the scaling figures need a machine with a core per executor."
+        )
     return "\n".join(lines)
