@@ -169,15 +169,19 @@ class Assignment:
         for name in chunk:
             by_stream.setdefault(self.stream[name], []).append(name)
         streams = sorted(by_stream.values(), key=lambda names: -len(names))  # stable: first seen
-        left = [take for _, take in takes]
-        cursor = 0
-        for names in streams:
-            for name in names:
-                while not left[cursor]:
-                    cursor = (cursor + 1) % len(takes)
-                placed[takes[cursor][0]].append(name)
-                left[cursor] -= 1
-                cursor = (cursor + 1) % len(takes)
+        dealt = [name for names in streams for name in names]  # the cursor carries across streams
+        ring = [(placed[pid], take) for pid, take in takes if take]
+        done = 0
+        while done < len(dealt):
+            # whole rounds while every processor in the ring has room: the j-th takes every
+            # len(ring)-th task from j on; the ones then full leave the ring, the rest go on
+            # in order (a task costs O(1), a round O(processors))
+            rounds = min(take for _, take in ring)
+            block = dealt[done : done + rounds * len(ring)]
+            for j, (tasks, _) in enumerate(ring):
+                tasks.extend(block[j :: len(ring)])
+            done += len(block)
+            ring = [(tasks, take - rounds) for tasks, take in ring if take > rounds]
 
     def fill_level(self, tasks: list[str], slots: list[Slots], budget: int) -> int:
         """Like :meth:`fill` for optional room, but each task goes to the least loaded

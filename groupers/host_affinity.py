@@ -90,7 +90,7 @@ from groupers.holdback import HoldBack, hold_back
 from groupers.locations import common_depth
 from groupers.measures import balance_bounds
 from groupers.sheds import LossySheds, ZeroLossLocal, forced_sheds_matched
-from groupers.spread import spread_order, stream_of
+from groupers.spread import spread_of
 from groupers.standby import place_standbys
 from groupers.tree import Candidate, Node, Slots, anything, loses_nothing, sweep
 from groupers.virtual import inherit_locality, needs_inheritance
@@ -137,12 +137,13 @@ class HostAffinityGrouper:
             metadata = replace(
                 metadata, task_locality=locality, previous_task_to_processor=previous
             )
-        order = spread_order(by_name.values())
+        spread = spread_of(by_name.values())
+        order = spread.order if spread is not None else None
         assignment = assign(
             list(by_name),
             metadata,
             order=order,
-            streams={name: stream_of(task) for name, task in by_name.items()} if order else None,
+            streams=spread.stream if spread is not None else None,
             balance_slack=self.balance_slack,
             acceptable_recovery_lag=self.acceptable_recovery_lag,
         )

@@ -17,10 +17,19 @@ rebalanced assignment holds floor or ceil of every stream's. A task's *stream* i
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from metadata.model import TaskModel
 
-__all__ = ["spread_order", "stream_of"]
+__all__ = ["Spread", "spread_of", "spread_order", "stream_of"]
+
+
+class Spread(NamedTuple):
+    """The spread order of a job's tasks and each task's stream (both needed by the grouper:
+    the order for every choice, the streams to deal a place's tasks by stream)."""
+
+    order: list[str]
+    stream: dict[str, str]  # task name -> its stream
 
 
 def stream_of(task: TaskModel) -> str:
@@ -32,21 +41,29 @@ def stream_of(task: TaskModel) -> str:
     return "\1".join(sorted({f"{ssp.system}\0{ssp.stream}" for ssp in partitions}))
 
 
-def spread_order(tasks: Iterable[TaskModel]) -> list[str] | None:
-    """Task names with the streams dealt round-robin (see the module docstring), or None when
-    every task reads the same streams (then name order is that order already)."""
+def spread_of(tasks: Iterable[TaskModel]) -> Spread | None:
+    """The tasks' spread order and streams, or None when every task reads the same streams
+    (then name order is that order already, and there is nothing to deal)."""
     tasks = list(tasks)
     streams = {(ssp.system, ssp.stream) for task in tasks for ssp in task.partitions}
     if len(streams) < 2:
         return None  # one stream (or none): nothing to deal
+    stream = {task.name: stream_of(task) for task in tasks}
     by_stream: dict[str, list[str]] = {}
-    for task in tasks:
-        by_stream.setdefault(stream_of(task), []).append(task.name)
+    for name, of in stream.items():
+        by_stream.setdefault(of, []).append(name)
     if len(by_stream) < 2:
         return None
     ranked: list[tuple[int, str, str]] = []
-    for stream, names in by_stream.items():
+    for of, names in by_stream.items():
         names.sort()
-        ranked.extend((rank, stream, name) for rank, name in enumerate(names))
+        ranked.extend((rank, of, name) for rank, name in enumerate(names))
     ranked.sort()
-    return [name for _, _, name in ranked]
+    return Spread([name for _, _, name in ranked], stream)
+
+
+def spread_order(tasks: Iterable[TaskModel]) -> list[str] | None:
+    """Task names with the streams dealt round-robin (see the module docstring), or None when
+    every task reads the same streams (then name order is that order already)."""
+    spread = spread_of(tasks)
+    return spread.order if spread is not None else None

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from test_host_affinity import compact, optimum, our_cost
 
 from groupers import GrouperMetadata, get_grouper, validate
+from groupers.assignment import Assignment
 from groupers.measures import movement_lower_bound, owners, tasks_moved
 from groupers.ssp import ssp_task_name
 from groupers.testing import GrouperInput, grouper_inputs
@@ -103,3 +104,52 @@ def test_streams_of_any_sizes_are_dealt_evenly(
     assert stream_skew(tasks, metadata, answer) <= 1, {
         c.processor_id: sorted(c.tasks) for c in answer
     }
+
+
+def dealt_one_at_a_time(
+    chunk: list[str], takes: list[tuple[str, int]], stream: dict[str, str]
+) -> dict[str, list[str]]:
+    """What :meth:`Assignment.deal` stands for, one task at a time: the streams largest first,
+    each task to the next processor (cursor carried) that still has room."""
+    by_stream: dict[str, list[str]] = {}
+    for name in chunk:
+        by_stream.setdefault(stream[name], []).append(name)
+    placed: dict[str, list[str]] = {pid: [] for pid, _ in takes}
+    left = [take for _, take in takes]
+    cursor = 0
+    for names in sorted(by_stream.values(), key=lambda names: -len(names)):
+        for name in names:
+            while not left[cursor]:
+                cursor = (cursor + 1) % len(takes)
+            placed[takes[cursor][0]].append(name)
+            left[cursor] -= 1
+            cursor = (cursor + 1) % len(takes)
+    return placed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=5),
+    st.lists(st.integers(min_value=0, max_value=7), min_size=1, max_size=8),
+    st.data(),
+)
+def test_dealing_by_rounds_is_dealing_one_at_a_time(
+    sizes: list[int], room: list[int], data: st.DataObject
+) -> None:
+    """``deal`` hands out whole rounds at once (a task costs O(1), not a scan over full
+    processors); it must place every task where dealing them one by one would."""
+    chunk = [f"{s}_{p}" for s, size in enumerate(sizes) for p in range(size)]
+    chunk = data.draw(st.permutations(chunk))
+    room = room[: len(chunk)] or [1]
+    total = sum(room)
+    if total < len(chunk):  # the counts always sum to the chunk: give the rest to the last
+        room[-1] += len(chunk) - total
+    elif total > len(chunk):
+        chunk = chunk + [f"x_{i}" for i in range(total - len(chunk))]
+    stream = {name: name.split("_")[0] for name in chunk}
+    takes = [(f"p-{i}", take) for i, take in enumerate(room)]
+    metadata = GrouperMetadata({pid: f"host-{pid}" for pid, _ in takes}, {}, {})
+    state = Assignment.start(chunk, metadata, 0, order=list(chunk), streams=stream)
+    state.deal(list(chunk), takes)
+    expected = dealt_one_at_a_time(chunk, takes, stream)
+    assert {pid: state.placed[pid] for pid, _ in takes} == expected
