@@ -83,6 +83,19 @@ def job_store(config: JobConfig, **options: Any) -> Iterator[ZkMetadataStore]:
 
 
 @contextmanager
+def existing_job_store(config: JobConfig, **options: Any) -> Iterator[ZkMetadataStore]:
+    """:func:`job_store` for a command that reads a job: a job not on ZooKeeper is an error
+    naming the job, the ensemble and the folder looked for."""
+    with job_store(config, **options) as store:
+        if not store.job_exists():
+            raise CommandError(
+                f"no job {config.job.name}-{config.job.id} on ZooKeeper {config.zookeeper.connect} "
+                f"(no folder {config.job_folder})"
+            )
+        yield store
+
+
+@contextmanager
 def starting(what: str) -> Iterator[None]:
     """Around the start-up of a long-running command (``coordinator run``, ``processor run``):
     not reaching ZooKeeper, or credentials it refuses, means the process cannot start with this

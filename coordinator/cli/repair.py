@@ -23,7 +23,7 @@ import argparse
 import json
 from typing import Any
 
-from coordinator.cli.common import CommandError, job_store, quiet_logging
+from coordinator.cli.common import existing_job_store, quiet_logging
 from coordinator.config import load_config
 from coordinator.protocol.repair import Kind, Step, plan_repair
 from coordinator.status.damage import find_damage
@@ -77,12 +77,7 @@ def _line(step: Step, done: bool | None) -> str:
 def run_repair(args: argparse.Namespace) -> int:
     quiet_logging()
     config = load_config(args.config)
-    with job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
-        if not store.job_exists():
-            raise CommandError(
-                f"no job {config.job.name}-{config.job.id} on ZooKeeper {config.zookeeper.connect} "
-                f"(no folder {config.job_folder})"
-            )
+    with existing_job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
         damage = find_damage(store)
         steps = plan_repair(damage.findings, pointer=damage.pointer, states=damage.states)
         done: list[bool | None] = [

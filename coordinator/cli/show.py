@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from coordinator.cli.common import CommandError, job_store, quiet_logging
+from coordinator.cli.common import CommandError, existing_job_store, quiet_logging
 from coordinator.config import JobConfig, load_config
 from metadata.serde import dump_job_model
 from metadata.zk import NotFound, ZkMetadataStore
@@ -72,12 +72,7 @@ def show_locality(args: argparse.Namespace) -> int:
 def _with_store(config_path: str, action: Callable[[JobConfig, ZkMetadataStore], int]) -> int:
     quiet_logging()
     config = load_config(config_path)
-    with job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
-        if not store.job_exists():
-            raise CommandError(
-                f"no job {config.job.name}-{config.job.id} on ZooKeeper {config.zookeeper.connect} "
-                f"(no folder {config.job_folder})"
-            )
+    with existing_job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
         try:
             return action(config, store)
         except (_NothingToShow, NotFound) as exc:

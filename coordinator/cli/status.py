@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from coordinator.cli.common import CommandError, job_store, quiet_logging
+from coordinator.cli.common import CommandError, existing_job_store, quiet_logging
 from coordinator.config import load_config
 from coordinator.status import JobStatusReader
 
@@ -52,12 +52,7 @@ def show_status(args: argparse.Namespace) -> int:
     if args.history < 0:
         raise CommandError(f"--history must be >= 0, got {args.history}")
     config = load_config(args.config)
-    with job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
-        if not store.job_exists():
-            raise CommandError(
-                f"no job {config.job.name}-{config.job.id} on ZooKeeper {config.zookeeper.connect} "
-                f"(no folder {config.job_folder})"
-            )
+    with existing_job_store(config, retry_deadline_s=READ_DEADLINE_S) as store:
         document = JobStatusReader(store, config, history=args.history).read()
     if args.json:
         print(json.dumps(document, sort_keys=True, ensure_ascii=False))
