@@ -106,6 +106,14 @@ def run_jar(args: argparse.Namespace) -> int:
 def add_commands(subparsers: Any) -> None:
     spark = subparsers.add_parser("spark", help="Spark helpers")
     commands = spark.add_subparsers(dest="action", required=True)
+    _add_pod_template(commands)
+    jar = commands.add_parser(
+        "jar", help="print affinity's Spark jar (for spark.jars), building it when missing"
+    )
+    jar.set_defaults(handler=run_jar)
+
+
+def _add_pod_template(commands: Any) -> None:
     template = commands.add_parser(
         "pod-template",
         help="executor pod template: node affinity where the state is, node env, state volume",
@@ -131,6 +139,25 @@ def add_commands(subparsers: Any) -> None:
         help="the executors' ServiceAccount (from the chart: <release>-affinity-coordinator-"
         "spark-executor)",
     )
+    _add_state_volume_options(template)
+    template.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label on every executor pod (repeat; the chart's NetworkPolicy selects the "
+        "job's pods by spark.podLabels)",
+    )
+    template.add_argument(
+        "--container-name",
+        default=DEFAULT_CONTAINER_NAME,
+        help="the executor container (spark.kubernetes.executor.podTemplateContainerName)",
+    )
+    template.set_defaults(handler=run_pod_template)
+
+
+def _add_state_volume_options(template: Any) -> None:
+    """Where the state lives on the node, and who owns it."""
     template.add_argument(
         "--state-volume",
         choices=STATE_VOLUME_KINDS,
@@ -158,21 +185,3 @@ def add_commands(subparsers: Any) -> None:
         action="store_true",
         help="no init container: the folder on each node is already owned by that user",
     )
-    template.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a label on every executor pod (repeat; the chart's NetworkPolicy selects the "
-        "job's pods by spark.podLabels)",
-    )
-    template.add_argument(
-        "--container-name",
-        default=DEFAULT_CONTAINER_NAME,
-        help="the executor container (spark.kubernetes.executor.podTemplateContainerName)",
-    )
-    template.set_defaults(handler=run_pod_template)
-    jar = commands.add_parser(
-        "jar", help="print affinity's Spark jar (for spark.jars), building it when missing"
-    )
-    jar.set_defaults(handler=run_jar)
