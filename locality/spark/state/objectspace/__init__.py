@@ -110,6 +110,17 @@ caller that commits batches (like the pipeline's driver) loads with
 ``upto_batch=<committed batch>`` (-1: none yet) and gets every key group exactly at the
 committed batch, even if a later, uncommitted checkpoint was half written.
 
+Attempts of one batch: tagged checkpoints
+-----------------------------------------
+A runtime where one batch can be checkpointed by several attempts at once (Spark's speculation,
+zombie stage attempts) checkpoints with ``tag`` (the attempt's token): each file is named
+``<kind>-<seq:08d>-<batch>-<tag>.json`` and a delta names the file it follows (``prev``), so
+attempts never write one name and nothing is deleted by a checkpoint. The commit that decides
+records :meth:`ObjectSpace.heads` (each key group's newest file); a load with ``heads`` follows
+each chain back from its head and reads no other file; :meth:`ObjectSpace.collect_garbage`
+deletes, once a later commit decided their batches, the files that lost (and generations a
+compaction superseded), never a file of a batch that may still be open.
+
 Rescaling
 ---------
 A key group's chain does not depend on which task wrote it, so whoever owns a key group next

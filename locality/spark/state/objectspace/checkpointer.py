@@ -3,8 +3,11 @@
 For each key group, in order: delete the files an ``upto_batch`` load abandoned (newest first);
 if the key group is dirty, write **one** file (a delta, or a base when the compaction policy says
 so or there is no base yet), mark it clean, then delete the generation the write superseded at
-its previous checkpoint (base first). Imports :mod:`.compaction`, :mod:`.fileformat`,
-:mod:`.keygroup`, :mod:`.storage` and :mod:`.encoding`.
+its previous checkpoint (base first). A *tagged* checkpoint (one attempt of a committed batch,
+``tag`` its token) names its files with the batch and the tag, links each delta to the file it
+follows, and deletes nothing: which attempt's files are the truth is the commit's to decide, and
+the files no commit needs are removed later (:func:`.fileformat.garbage`). Imports
+:mod:`.compaction`, :mod:`.fileformat`, :mod:`.keygroup`, :mod:`.storage` and :mod:`.encoding`.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def checkpoint_groups(
     batch: int,
     policy: CompactionPolicy,
     max_parallelism: int,
+    tag: str | None = None,
 ) -> CheckpointReport:
     """Checkpoint ``groups`` (in key-group order) at ``batch``; see the module docstring."""
     for group in groups:
@@ -93,8 +97,31 @@ def checkpoint_groups(
             )
     progress = _Progress()
     for group in groups:
-        _checkpoint_group(storage, group, batch, policy, max_parallelism, progress)
+        if tag is None:
+            _checkpoint_group(storage, group, batch, policy, max_parallelism, progress)
+        elif group._dirty:
+            _write_tagged(storage, group, batch, policy, max_parallelism, tag, progress)
     return progress.report(batch)
+
+
+def _write_tagged(
+    storage: CheckpointStorage,
+    group: KeyGroup,
+    batch: int,
+    policy: CompactionPolicy,
+    max_parallelism: int,
+    tag: str,
+    progress: _Progress,
+) -> None:
+    """One file of a tagged checkpoint: named for the batch and the attempt, linked to the head
+    it follows; nothing deleted."""
+    chain = group._chain
+    seq = chain.next_seq
+    prev = chain.files[-1] if chain.files else None
+    next_file = _next_file(group, batch, policy, max_parallelism, (tag, prev))
+    storage.create_file(group.key_group, next_file.name, next_file.data)
+    _advance(group, batch, seq, next_file, progress)
+    chain.known, chain.superseded, chain.abandoned = True, [], []
 
 
 def _checkpoint_group(
@@ -113,10 +140,18 @@ def _checkpoint_group(
     seq = chain.next_seq
     next_file = _next_file(group, batch, policy, max_parallelism)
     storage.create_file(group.key_group, next_file.name, next_file.data)
-    # committed: the key group is at ``batch`` on storage
+    to_delete = chain.superseded
+    _advance(group, batch, seq, next_file, progress)
+    _delete_superseded(storage, group, to_delete, progress)
+
+
+def _advance(
+    group: KeyGroup, batch: int, seq: int, next_file: _NextFile, progress: _Progress
+) -> None:
+    """The file is published: the key group is at ``batch`` on storage."""
+    chain = group._chain
     group._written(batch)
     chain.next_seq = seq + 1
-    to_delete = chain.superseded
     if next_file.compact:
         chain.superseded = chain.files
         chain.files = [next_file.name]
@@ -132,7 +167,6 @@ def _checkpoint_group(
     progress.bytes_written += len(next_file.data)
     progress.files_written += 1
     progress.delta_bytes += next_file.delta_size
-    _delete_superseded(storage, group, to_delete, progress)
 
 
 def _delete_abandoned(storage: CheckpointStorage, group: KeyGroup, progress: _Progress) -> None:
@@ -160,21 +194,27 @@ def _claim(storage: CheckpointStorage, group: KeyGroup) -> None:
 
 
 def _next_file(
-    group: KeyGroup, batch: int, policy: CompactionPolicy, max_parallelism: int
+    group: KeyGroup,
+    batch: int,
+    policy: CompactionPolicy,
+    max_parallelism: int,
+    tagged: tuple[str, str | None] | None = None,
 ) -> _NextFile:
-    """The delta of the dirty objects, or a base when the policy says so (or there is none)."""
+    """The delta of the dirty objects, or a base when the policy says so (or there is none);
+    ``tagged``: (the attempt's tag, the file the delta follows)."""
     chain = group._chain
     g, seq = group.key_group, chain.next_seq
-    delta = delta_document(g, seq, chain.base_seq, batch, group._delta_objects())
+    tag, prev = tagged if tagged is not None else (None, None)
+    delta = delta_document(g, seq, chain.base_seq, batch, group._delta_objects(), prev)
     compact = chain.base_seq is None or policy.should_compact(
         base_bytes=chain.base_bytes,
         delta_bytes=chain.delta_bytes + len(delta),
         delta_count=chain.delta_count + 1,
     )
     if not compact:
-        return _NextFile(file_name("delta", seq), delta, len(delta), compact=False)
+        return _NextFile(file_name("delta", seq, batch, tag), delta, len(delta), compact=False)
     base = base_document(g, seq, batch, max_parallelism, group._full_objects())
-    return _NextFile(file_name("base", seq), base, len(delta), compact=True)
+    return _NextFile(file_name("base", seq, batch, tag), base, len(delta), compact=True)
 
 
 def _delete_superseded(

@@ -17,11 +17,11 @@ from locality.spark.state.objectspace.encoding import (
     ObjectSpaceError,
     int_field,
 )
-from locality.spark.state.objectspace.fileformat import FileReader, scan
+from locality.spark.state.objectspace.fileformat import FileReader, parse_name, scan
 from locality.spark.state.objectspace.keygroup import KeyGroup
 from locality.spark.state.objectspace.storage import CheckpointStorage
 
-__all__ = ["LoadReport", "load_group", "load_groups"]
+__all__ = ["LoadReport", "load_from_head", "load_group", "load_groups"]
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,20 @@ def load_groups(
     groups: Iterable[int],
     max_parallelism: int,
     upto: int | None,
+    heads: Mapping[int, str] | None = None,
 ) -> tuple[dict[int, KeyGroup], LoadReport]:
-    """Load each of ``groups`` (sorted, distinct) and report what was read."""
+    """Load each of ``groups`` (sorted, distinct) and report what was read: from the chains
+    ending at ``heads`` (a group absent from it: empty), else the newest state up to ``upto``."""
     loaded: dict[int, KeyGroup] = {}
     total_bytes = 0
     total_files = 0
     for g in groups:
-        group, read_bytes, read_files = load_group(storage, g, max_parallelism, upto)
+        if heads is not None:
+            group, read_bytes, read_files = load_from_head(
+                storage, g, max_parallelism, heads.get(g)
+            )
+        else:
+            group, read_bytes, read_files = load_group(storage, g, max_parallelism, upto)
         loaded[g] = group
         total_bytes += read_bytes
         total_files += read_files
@@ -87,12 +94,7 @@ def _load_base(
     for seq in sorted(bases, reverse=True):
         document, size, location = reader.read(bases[seq], "base", seq)
         batch = int_field(document, "batch", location)
-        if int_field(document, "max_parallelism", location, minimum=1) != max_parallelism:
-            raise CorruptCheckpointError(
-                location,
-                f"written with max_parallelism {document['max_parallelism']}, "
-                f"not {max_parallelism}",
-            )
+        _check_parallelism(document, location, max_parallelism)
         if upto is not None and batch > upto:
             continue
         group._apply(document.get("objects"), location, delta=False)
@@ -181,3 +183,93 @@ def _settle_chain(
     chain.next_seq = seq
     chain.abandoned = [every[s] for s in reversed(later)]
     chain.superseded = [every[s] for s in sorted(every) if s < base_seq]
+
+
+def load_from_head(
+    storage: CheckpointStorage, group_id: int, max_parallelism: int, head: str | None
+) -> tuple[KeyGroup, int, int]:
+    """(the key group, bytes read, files read) of the chain that ends at ``head`` (a commit
+    names it; None: the key group has no committed checkpoint). The chain is followed back
+    through each tagged delta's ``prev`` (an untagged one's is the file of seq - 1) to its base;
+    files not on it, whoever wrote them, are never read. A file missing from the chain is
+    :class:`CorruptCheckpointError` naming it."""
+    group = KeyGroup(group_id)
+    group._chain.known = True
+    reader = FileReader(storage, group_id)
+    if head is None:
+        return group, 0, 0
+    links = _follow_back(storage, reader, group_id, head)
+    chain = group._chain
+    for index, (name, document, size, location) in enumerate(links):
+        batch = int_field(document, "batch", location)
+        if index == 0:
+            _check_parallelism(document, location, max_parallelism)
+            chain.base_seq, chain.base_bytes = int_field(document, "seq", location), size
+        else:
+            if document.get("base") != chain.base_seq:
+                raise CorruptCheckpointError(
+                    location, f"extends base {document.get('base')!r}, not base {chain.base_seq}"
+                )
+            if batch <= group._batch:
+                raise CorruptCheckpointError(
+                    location, f"its batch {batch} does not follow batch {group._batch}"
+                )
+            chain.delta_bytes += size
+            chain.delta_count += 1
+        group._apply(document.get("objects"), location, delta=index > 0)
+        group._batch = batch
+        chain.files.append(name)
+    for obj in group._objects.values():  # the replayed state is the checkpointed state
+        obj._clean()
+    chain.next_seq = int_field(links[-1][1], "seq", links[-1][3]) + 1
+    return group, reader.bytes_read, reader.files_read
+
+
+def _follow_back(
+    storage: CheckpointStorage, reader: FileReader, group_id: int, head: str
+) -> list[tuple[str, dict[str, object], int, str]]:
+    """The chain's files from its base to ``head``: (name, document, size, location)."""
+    links: list[tuple[str, dict[str, object], int, str]] = []
+    name: str | None = head
+    listed: list[str] | None = None
+    while name is not None:
+        parsed = parse_name(name)
+        location = storage.describe(group_id, name)
+        if parsed is None:
+            raise CorruptCheckpointError(location, "not the name of a checkpoint file")
+        if links and parsed.seq != int_field(links[-1][1], "seq", links[-1][3]) - 1:
+            raise CorruptCheckpointError(location, f"seq {parsed.seq} breaks the chain")
+        try:
+            document, size, location = reader.read(name, parsed.kind, parsed.seq)
+        except FileNotFoundError:
+            raise CorruptCheckpointError(
+                location, f"missing: the committed chain of key group {group_id} needs it"
+            ) from None
+        links.append((name, document, size, location))
+        if parsed.kind == "base":
+            break
+        prev = document.get("prev")
+        if prev is None and parsed.tag is None:  # an untagged delta: the file of seq - 1
+            listed = storage.list_files(group_id) if listed is None else listed
+            prev = _untagged_at(listed, parsed.seq - 1)
+        if not isinstance(prev, str):
+            raise CorruptCheckpointError(location, f"key group {group_id}: no file before it")
+        name = prev
+    links.reverse()
+    return links
+
+
+def _untagged_at(names: list[str], seq: int) -> str | None:
+    for name in names:
+        parsed = parse_name(name)
+        if parsed is not None and parsed.tag is None and parsed.seq == seq:
+            return name
+    return None
+
+
+def _check_parallelism(document: dict[str, object], location: str, max_parallelism: int) -> None:
+    if int_field(document, "max_parallelism", location, minimum=1) != max_parallelism:
+        raise CorruptCheckpointError(
+            location,
+            f"written with max_parallelism {document['max_parallelism']}, not {max_parallelism}",
+        )

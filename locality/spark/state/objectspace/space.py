@@ -8,7 +8,7 @@ is the caller's (``affinity_pipeline.objectspace`` adds :func:`groupers.keygroup
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from locality.spark.state.objectspace.checkpointer import CheckpointReport, checkpoint_groups
 from locality.spark.state.objectspace.compaction import CompactionPolicy
@@ -22,7 +22,7 @@ from locality.spark.state.objectspace.encoding import (
     parse,
     positive_int,
 )
-from locality.spark.state.objectspace.fileformat import scan
+from locality.spark.state.objectspace.fileformat import garbage, scan
 from locality.spark.state.objectspace.keygroup import KeyGroup
 from locality.spark.state.objectspace.loader import LoadReport, load_groups
 from locality.spark.state.objectspace.storage import CheckpointStorage
@@ -116,7 +116,7 @@ class ObjectSpace:
         return {g: self._groups[g].snapshot() for g in sorted(self._groups)}
 
     # -- checkpoint --
-    def checkpoint(self, batch: int) -> CheckpointReport:
+    def checkpoint(self, batch: int, *, tag: str | None = None) -> CheckpointReport:
         """Write one file for each dirty key group (a delta, or a base if the policy says so),
         after deleting files abandoned by an ``upto_batch`` load; see the module docstring.
 
@@ -125,13 +125,43 @@ class ObjectSpace:
         storage raised while writing), calling ``checkpoint(batch)`` again finishes the job; if
         the file may have been published, the retry fails with ``FileExistsError`` rather than
         forking the chain: reload the key groups (:meth:`load`) instead.
+
+        ``tag`` (an attempt's token, lowercase letters and digits): a *tagged* checkpoint of one
+        attempt of a batch: its files carry the batch and the tag in their names and link to the
+        file they follow, so attempts of one batch never touch each other's files, and it deletes
+        nothing (:meth:`collect_garbage` does, once a commit decided); :meth:`heads` then names
+        each key group's newest file, for the commit record.
         """
         batch = check_batch(batch)
         storage = self._storage
         if storage is None:
             raise ObjectSpaceError("this object space has no storage (pass storage=...)")
         groups = [self._groups[g] for g in sorted(self._groups)]
-        return checkpoint_groups(storage, groups, batch, self._policy, self._max_parallelism)
+        if tag is not None and not (tag.isascii() and tag.isalnum() and tag == tag.lower()):
+            raise ValueError(f"a checkpoint tag must be lowercase letters and digits, got {tag!r}")
+        return checkpoint_groups(
+            storage, groups, batch, self._policy, self._max_parallelism, tag=tag
+        )
+
+    def heads(self) -> dict[int, str]:
+        """Key group -> the newest file of its chain (key groups never checkpointed: none)."""
+        return {g: k._chain.files[-1] for g, k in sorted(self._groups.items()) if k._chain.files}
+
+    def collect_garbage(self, decided_upto: int, *storages: CheckpointStorage) -> int:
+        """Delete, in each key group's folder on ``storages`` (default: this space's storage),
+        the tagged files no commit needs: written for a batch at or before ``decided_upto`` (the
+        commit this space was loaded at decided every such batch) and not on the key group's
+        chain here (:func:`.fileformat.garbage`). Files of later batches are left: an attempt of
+        a later batch may still be running. Returns how many files were deleted."""
+        targets = storages or ((self._storage,) if self._storage is not None else ())
+        deleted = 0
+        for g, group in sorted(self._groups.items()):
+            keep = set(group._chain.files)
+            for storage in targets:
+                for name in garbage(storage.list_files(g), keep, decided_upto):
+                    storage.delete_file(g, name)
+                    deleted += 1
+        return deleted
 
     # -- load --
     @classmethod
@@ -143,19 +173,24 @@ class ObjectSpace:
         max_parallelism: int,
         upto_batch: int | None = None,
         policy: CompactionPolicy | None = None,
+        heads: Mapping[int, str] | None = None,
     ) -> tuple[ObjectSpace, LoadReport]:
         """Load exactly ``key_groups`` from ``storage`` (a key group without files is empty);
         reads nothing of any other key group. ``upto_batch``: the state at that batch (a
         committed batch; -1: before any), ignoring later checkpoints (they are deleted at the
-        next checkpoint).
+        next checkpoint). ``heads`` (instead): each key group's chain is the one ending at the
+        file named there (a commit's :meth:`heads`; a key group not named is empty), whatever
+        else its folder holds.
         """
+        if heads is not None and upto_batch is not None:
+            raise ValueError("give upto_batch or heads, not both")
         space = cls(max_parallelism, storage=storage, policy=policy)
         groups = sorted(set(space._check_groups(key_groups)))
         if upto_batch is not None and (
             isinstance(upto_batch, bool) or not isinstance(upto_batch, int) or upto_batch < -1
         ):
             raise ValueError(f"upto_batch must be an integer >= -1, got {upto_batch!r}")
-        loaded, report = load_groups(storage, groups, max_parallelism, upto_batch)
+        loaded, report = load_groups(storage, groups, max_parallelism, upto_batch, heads)
         space._groups.update(loaded)
         return space, report
 
