@@ -20,6 +20,7 @@
       history/rebalance-<version>         JSON: one decided rebalance (the last N are kept)
       standbyLag/<processor id>/<task name>   the lag of that processor's standby copy of the
                                           task (decimal text, 0 = caught up); both URL-encoded
+      streaming/<run id, url-encoded>     JSON: a streaming query's driver epoch and latest commit
 
 Checkpoint node names join the URL-encoded system and stream (dots encoded too, as ``%2E``) and
 the partition number with dots: ``kafka.events.3``, ``my%2Esystem.page%20views.0``.

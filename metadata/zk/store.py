@@ -18,6 +18,8 @@ attribute                recipe                 ZooKeeper nodes, what it does
                                                 fenced)
 ``store.standby_lag``    ``StandbyLagStore``    ``standbyLag/``: each processor's standby
                                                 copies' lag, differential writes
+``store.streaming_       ``StreamingCommits``   ``streaming/commits``: a streaming query's
+commits``                                       driver epoch and commit pointer
 =======================  =====================  ===========================================
 
 Every error is a :class:`~metadata.errors.MetadataError` (see :mod:`metadata.zk.errors` and
@@ -49,6 +51,7 @@ from metadata.zk.recipe.jobmodels import JobModelStore
 from metadata.zk.recipe.locality import TaskLocalityStore
 from metadata.zk.recipe.processors import ProcessorRegistry
 from metadata.zk.recipe.standby_lag import StandbyLagStore
+from metadata.zk.recipe.streaming_commits import StreamingCommits
 from metadata.zk.transaction import Op
 
 __all__ = [
@@ -184,6 +187,7 @@ class ZkMetadataStore:
         self.checkpoints = CheckpointStore(self._ops, self.layout)
         self.history = RebalanceHistory(self._ops, self.layout, self.epochs)
         self.standby_lag = StandbyLagStore(self._ops, self.layout)
+        self.streaming_commits = StreamingCommits(self._ops, self.layout)
         self.job_models = JobModelStore(
             self._ops,
             self.layout,

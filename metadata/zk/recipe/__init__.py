@@ -12,6 +12,8 @@ module             class                  job
 ``checkpoints``    ``CheckpointStore``    ``store.checkpoints``: input offsets (SEP-32)
 ``standby_lag``    ``StandbyLagStore``    ``store.standby_lag``: standby copies' lag, per
                                           processor, written differentially
+``streaming_       ``StreamingCommits``   ``store.streaming_commits``: a streaming query's
+commits``                                 driver epoch and commit pointer
 =================  =====================  ==================================================
 
 Every ZooKeeper call goes through :class:`~metadata.zk.ops.ZkOps` (bounded tenacity retries,
@@ -28,6 +30,12 @@ from metadata.zk.recipe.jobmodels import JobModelStore
 from metadata.zk.recipe.locality import TaskLocalityStore
 from metadata.zk.recipe.processors import ProcessorRegistration, ProcessorRegistry
 from metadata.zk.recipe.standby_lag import StandbyLagStore
+from metadata.zk.recipe.streaming_commits import (
+    CommitPointer,
+    DriverFenced,
+    DriverLease,
+    StreamingCommits,
+)
 
 __all__ = [
     "Barriers",
@@ -37,6 +45,10 @@ __all__ = [
     "LeaderEpochs",
     "ProcessorRegistration",
     "ProcessorRegistry",
+    "CommitPointer",
+    "DriverFenced",
+    "DriverLease",
     "StandbyLagStore",
+    "StreamingCommits",
     "TaskLocalityStore",
 ]
