@@ -5,6 +5,8 @@ run in ``foreachBatch`` with each key's state kept on the executor its job model
 - :mod:`~coordinator.streaming.query`: the ``foreachBatch`` handler (:class:`StatefulQuery`);
 - :mod:`~coordinator.streaming.runtime`: what every query's driver keeps, and the two ends of a
   batch (begin: the plan; finish: sink, commit, locality, standbys);
+- :mod:`~coordinator.streaming.commits`: the commit log's rules (where a batch starts, one live
+  driver, the fenced commit, pruning);
 - :mod:`~coordinator.streaming.stage`, :mod:`~coordinator.streaming.routing`: the pinned stage
   (one shuffle) and the routing columns it computes on the executors;
 - :mod:`~coordinator.streaming.standby`: the standby stage after each commit.

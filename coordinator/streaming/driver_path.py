@@ -86,6 +86,7 @@ def task_batches(
             key_groups=plan.key_groups[task],
             batch_time_ms=plan.batch_time_ms,
             rows=tuple(parts),
+            heads=start.heads if start is not None else {},
         )
         for task, parts in per_task.items()
     }

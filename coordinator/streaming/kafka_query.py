@@ -10,10 +10,13 @@ Per batch (:meth:`KafkaQuery.run_batch`):
 2. :meth:`~coordinator.streaming.runtime.QueryRuntime.begin`: the batch id (the last commit's
    plus one), its processing time, the commit it starts from, the executors synced, the model
    in force;
-3. the batch's offset ranges: from the last commit's offsets (a partition never read starts at
-   its beginning) to the end offsets (last stable), at most ``max_records_per_batch`` in all
-   (Spark's ``maxOffsetsPerTrigger``); recorded in the pending record, so a batch run again
-   after a failure reads exactly the same records;
+3. the batch's offset ranges (:mod:`coordinator.streaming.kafka_offsets`): from the last
+   commit's offsets (a partition never read starts where ``starting_offsets`` says; records
+   deleted by retention before they were read fail the batch unless ``fail_on_data_loss`` is
+   off) to the end offsets (last stable), at most ``max_records_per_batch`` in all (Spark's
+   ``maxOffsetsPerTrigger``; :data:`DEFAULT_MAX_RECORDS` unless set); recorded in the pending
+   record, so a batch run again after a failure reads exactly the same records (a partition
+   added since its first attempt reads nothing in it and starts at the next);
 4. one pinned stage, one Spark task per affinity task on its executor, which reads its ranges
    straight from the broker (:class:`locality.spark.state.kafka_task.KafkaTaskInput`), runs the
    function per key with its local state, checkpoints, and writes its output to the output topic
@@ -28,12 +31,18 @@ Output delivery is at least once (see :mod:`locality.spark.state.kafka_task`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from coordinator.config import JobConfig
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
+from coordinator.streaming.kafka_offsets import (
+    DEFAULT_MAX_RECORDS,
+    DataLossError,
+    StartingOffsets,
+    start_offsets,
+)
 from coordinator.streaming.runtime import (
     BatchReport,
     Begun,
@@ -57,7 +66,7 @@ from locality.spark.kafka import (
 )
 from locality.spark.pinning import job_description
 from locality.spark.state import Storage
-from locality.spark.state.durable import latest_commit, pin_pending_ranges
+from locality.spark.state.durable import pin_pending_ranges
 from locality.spark.state.kafka_task import KafkaTaskInput, KafkaTaskOutput, decode_utf8
 from locality.spark.state.pinned_task import TASK_COLUMN
 
@@ -83,7 +92,9 @@ class KafkaQuery(QueryRuntime):
         output_value_column: str | None = None,
         transactional: bool = True,
         decode: Callable[..., Any] = decode_utf8,
-        max_records_per_batch: int | None = None,
+        max_records_per_batch: int | None = DEFAULT_MAX_RECORDS,
+        starting_offsets: str | Mapping[str, Any] = "earliest",
+        fail_on_data_loss: bool = True,
         timeout: str = "NoTimeout",
         storage: Storage | None = None,
         coordinator: str = "embedded",
@@ -119,6 +130,11 @@ class KafkaQuery(QueryRuntime):
         self.client = as_client_config(kafka)
         self.max_records = max_records_per_batch
         self.topics = _kafka_topics(config)
+        try:
+            self.starting = StartingOffsets.parse(starting_offsets, self.topics)
+        except ValueError as exc:
+            raise StreamingUsageError(str(exc)) from None
+        self.fail_on_data_loss = fail_on_data_loss
         self.output = (
             KafkaTaskOutput(
                 self.client,
@@ -144,9 +160,7 @@ class KafkaQuery(QueryRuntime):
             raise StreamingUsageError(str(exc)) from None
         sc = self.spark.sparkContext
         self._follow_partitions(sc)
-        last = latest_commit(self.storage)
-        batch = last.batch + 1 if last is not None else 0
-        begun = self.begin(sc, batch, self.layout.key_groups())
+        begun = self.begin(sc, self.next_batch(sc), self.layout.key_groups())
         ranges = self._ranges(begun)
         stage = self._run_stage(begun, ranges)
         offsets = {name: end for name, (_, end) in ranges.items()}
@@ -169,11 +183,14 @@ class KafkaQuery(QueryRuntime):
         """The batch's [start, end) per input partition (``topic-partition``), as recorded."""
         partitions = self.layout.input_partitions()
         done = begun.plan.start.offsets if begun.plan.start is not None else {}
-        starts = {p: done[str(p)] for p in partitions if str(p) in done}
-        if len(starts) < len(partitions):  # a partition never read starts at its beginning
-            first = beginning_offsets(self.client, self.topics)
-            starts |= {p: first[p] for p in partitions if p not in starts}
+        first = beginning_offsets(self.client, self.topics)
         ends = end_offsets(self.client, self.topics)
+        try:
+            starts = start_offsets(
+                partitions, done, first, ends, self.starting, self.fail_on_data_loss, self.log
+            )
+        except DataLossError as exc:
+            raise StreamingBatchError(f"batch {begun.plan.batch}: {exc}") from None
         planned = plan_ranges(starts, {p: ends[p] for p in partitions}, self.max_records)
         return pin_pending_ranges(
             self.storage, begun.plan.batch, {str(r.key): (r.start, r.end) for r in planned}
@@ -185,8 +202,10 @@ class KafkaQuery(QueryRuntime):
         from locality.spark.kafka import OffsetRange
 
         plan = begun.plan
-        planned = {
-            KafkaPartition(p.topic, p.partition): OffsetRange(p.topic, p.partition, *ranges[str(p)])
+        planned = {  # a partition added after the batch's ranges were recorded reads nothing
+            KafkaPartition(p.topic, p.partition): OffsetRange(
+                p.topic, p.partition, *ranges.get(str(p), (0, 0))
+            )
             for p in self.layout.input_partitions()
         }
         source = KafkaTaskInput(

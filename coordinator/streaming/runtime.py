@@ -6,14 +6,16 @@ the embedded coordinator replica (``coordinator="embedded"``) and the driver mem
 executors as processors). A query (``stateful_foreach_batch``'s :class:`StatefulQuery`, the
 Kafka query) runs each batch as:
 
-1. :meth:`QueryRuntime.begin`: a batch id run again forgets its earlier commit; the batch's
-   processing time is read from (or written to) the pending record; the state starts from the
-   latest commit before it; the executors are synced and the driver waits for a job model every
-   executor follows; the result is a :class:`BatchPlan`;
+1. :meth:`QueryRuntime.begin`: the batch's start (:mod:`coordinator.streaming.commits`: the
+   latest commit, or for a batch id run again the commit before it; a lower batch id is refused);
+   the batch's processing time is read from (or written to) the pending record; the executors
+   are synced and the driver waits for a job model every executor follows; a :class:`BatchPlan`;
 2. the query's own stage (its tasks pinned to the executors the plan names);
 3. :meth:`QueryRuntime.finish`: the sink gets the output, the batch is committed (each task's
-   checkpoint token, and what the query adds: the input's offsets), task locality is written
-   where each task ran, standby copies are brought to the commit; a :class:`BatchReport`.
+   token and chain heads, and what the query adds: the input's offsets) under the driver's
+   epoch; then, none of it able to fail the committed batch, old records are pruned, task
+   locality is written where each task ran and standby copies are brought to the commit (a step
+   that fails is logged, counted and done again at the next batch); a :class:`BatchReport`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import tempfile
 import threading
 import time
@@ -29,11 +32,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kazoo.client import KazooClient
+from prometheus_client import Counter
 
 from coordinator.config import JobConfig
 from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
 from coordinator.observability import job_logger
+from coordinator.streaming.commits import CommitLog
 from coordinator.streaming.stage import BatchPlan, StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from locality.spark.state import (
@@ -43,12 +48,9 @@ from locality.spark.state import (
     QuerySpec,
     Storage,
     StoreSpec,
-    latest_commit,
     parse_schema,
-    write_commit,
     write_pending,
 )
-from locality.spark.state.durable import forget_commits_from
 from metadata.zk import ZkMetadataStore
 
 __all__ = [
@@ -89,6 +91,7 @@ class BatchReport:
     timed_out: int
     driver_rows: int  # the batch's rows through the driver (0; the former path: in and out)
     standby: StandbyStage = NO_STANDBYS  # the standby copies brought to this batch's commit
+    after_commit_failures: int = 0  # steps after the commit that failed (done next batch)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ class QueryRuntime:
         self._store: ZkMetadataStore | None = None
         self._stop = threading.Event()
         self._coordinator_thread: threading.Thread | None = None
+        self.commits: CommitLog | None = None
+        self._owed_locality: dict[str, str | None] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,6 +170,9 @@ class QueryRuntime:
             return self._driver
         store = self._connect()
         store.ensure_layout()
+        self.commits = CommitLog.open(
+            store, self.storage, f"{sc.applicationId}@{_host_pid()}", self.log
+        )
         if self.coordinator == "embedded":
             self._start_coordinator(sc)
         self._store = store
@@ -220,6 +228,7 @@ class QueryRuntime:
                 client.stop()
                 client.close()
         self._driver = self._store = None
+        self.commits = None
         self._coordinator_thread = None
         self._clients = []
         self._stop = threading.Event()
@@ -230,11 +239,9 @@ class QueryRuntime:
         """Everything before a batch's tasks run (module docstring, step 1)."""
         began = time.perf_counter()
         driver = self.start(sc)
-        forgotten = forget_commits_from(self.storage, batch)
-        if forgotten:
-            self.log.info("streaming.batch_again", batch=batch, forgotten_commits=forgotten)
+        commits = self._commit_log()
+        start = commits.start_of(batch)
         batch_time = write_pending(self.storage, batch, int(time.time() * 1000))
-        start = latest_commit(self.storage, before=batch)
         driver.sync()
         assignment = driver.in_force(self.in_force_timeout_s, key_groups)
         plan = BatchPlan(
@@ -244,8 +251,20 @@ class QueryRuntime:
             key_groups=dict(key_groups),
             placement=driver.placement(assignment.task_to_processor),
             executors=driver.registrar.executors(),
+            epoch=commits.epoch,
         )
         return Begun(plan, assignment, began)
+
+    def next_batch(self, sc: Any) -> int:
+        """The batch id after the latest commit (0: none), for a query that numbers its own."""
+        self.start(sc)
+        latest = self._commit_log().latest()
+        return latest.batch + 1 if latest is not None else 0
+
+    def _commit_log(self) -> CommitLog:
+        if self.commits is None:
+            raise StreamingBatchError("the query is closed (its commit log is not open)")
+        return self.commits
 
     def finish(
         self,
@@ -260,44 +279,81 @@ class QueryRuntime:
         try:
             if sink is not None:
                 sink(stage.output, plan.batch)
-            results = stage.results
-            commit = CommitRecord(
-                plan.batch,
-                {t: r.token for t, r in results.items()},
-                {t: r.key_groups for t, r in results.items()},
-                self.spec.store.max_parallelism,
-                offsets=dict(offsets or {}),
+            commit = CommitRecord.of(
+                plan.batch, stage.results, self.spec.store.max_parallelism, plan.start, offsets
             )
-            write_commit(self.storage, commit)
+            commit = self._commit_log().commit(commit)
         finally:
             stage.release()
-        driver = self.start(sc)
-        self._write_locality(driver, stage.run.ran_on)
-        standby = refresh_standbys(
-            sc,
-            driver,
-            self.spec.store,
-            begun.assignment,
-            commit,
-            plan.start,
-            locality_wait=self.locality_wait,
-            log=self.log,
-        )
+        failures, standby = self._after_commit(sc, begun, stage, commit)
         report = _report(plan.batch, begun.assignment.version, stage)
-        report = replace(report, standby=standby, seconds=time.perf_counter() - begun.began)
+        report = replace(
+            report,
+            standby=standby,
+            seconds=time.perf_counter() - begun.began,
+            after_commit_failures=failures,
+        )
         self.reports.append(report)
         figures = {k: v for k, v in report.__dict__.items() if k != "standby"}
         self.log.info("streaming.batch", **figures, **standby.figures())
         return report
 
-    def _write_locality(self, driver: SparkDriverMember, ran_on: Mapping[str, str | None]) -> None:
-        """Each task's location: where it ran (its state is there now)."""
+    def _after_commit(
+        self, sc: Any, begun: Begun, stage: StageRun, commit: CommitRecord
+    ) -> tuple[int, StandbyStage]:
+        """What follows a commit: old records pruned, locality written, standbys refreshed. The
+        batch is committed: a step that fails is logged and counted, never raised (Spark would
+        stop the query and replay a committed batch); locality owed is written next batch."""
+        failures = 0
+        standby = NO_STANDBYS
+        self._owed_locality.update(stage.run.ran_on)
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("prune", lambda: self._commit_log().prune(commit, begun.plan.start)),
+            ("locality", lambda: self._write_locality(self.start(sc))),
+        ]
+        for step, action in steps:
+            try:
+                action()
+            except Exception as exc:  # logged and counted: the batch is committed
+                failures += 1
+                self._after_commit_failed(step, commit.batch, exc)
+        try:
+            standby = refresh_standbys(
+                sc,
+                self.start(sc),
+                self.spec.store,
+                begun.assignment,
+                commit,
+                begun.plan.start,
+                locality_wait=self.locality_wait,
+                log=self.log,
+            )
+        except Exception as exc:  # logged and counted: the batch is committed
+            failures += 1
+            self._after_commit_failed("standby", commit.batch, exc)
+        return failures, standby
+
+    def _after_commit_failed(self, step: str, batch: int, exc: Exception) -> None:
+        AFTER_COMMIT_FAILURES.labels(step=step).inc()
+        self.log.warning(
+            "streaming.after_commit_failed",
+            step=step,
+            batch=batch,
+            error=f"{type(exc).__name__}: {exc}",
+            retried="at the next batch",
+        )
+
+    def _write_locality(self, driver: SparkDriverMember) -> None:
+        """Each task's location: where it ran (its state is there now); what a failed write
+        owed is written with the next batch's."""
         location_of = {
             r.executor.executor_id: r.location_id for r in driver.registrar.registrations.values()
         }
+        ran_on = self._owed_locality
         where = {t: location_of[e] for t, e in ran_on.items() if e is not None and e in location_of}
         if where and self._store is not None:
             self._store.locality.write(where)
+        self._owed_locality = {}
 
 
 _RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Fenced)): (.+)$")
@@ -319,6 +375,18 @@ def failure_cause(exc: BaseException) -> str:
         return raised[-1]
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0].strip() if lines else repr(exc)
+
+
+#: Steps after a commit that failed (logged; the batch stays committed), by step.
+AFTER_COMMIT_FAILURES = Counter(
+    "affinity_streaming_after_commit_failures",
+    "Steps after a streaming batch's commit that failed and were left to the next batch",
+    ["step"],
+)
+
+
+def _host_pid() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _report(batch: int, version: int, stage: StageRun) -> BatchReport:

@@ -61,6 +61,7 @@ class BatchPlan:
     key_groups: Mapping[str, tuple[int, ...]]  # task -> its key groups
     placement: Mapping[str, str]  # task -> executor id
     executors: Sequence[SparkExecutor]  # live when the batch started
+    epoch: int = 0  # the driver epoch running it (its commit record carries it)
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -108,11 +109,21 @@ def task_runner(
         batch=plan.batch,
         start_batch=plan.start.batch if plan.start is not None else -1,
         tokens=dict(plan.start.tokens) if plan.start is not None else {},
+        heads=_start_heads(plan),
+        epoch=plan.epoch,
         key_groups=dict(plan.key_groups),
         batch_time_ms=plan.batch_time_ms,
         input_columns=input_columns,
         output_schema=arrow_schema,
     )
+
+
+def _start_heads(plan: BatchPlan) -> dict[int, str] | None:
+    """The chain heads the batch's tasks load (empty: nothing committed; None: a format 1
+    commit, loaded by batch)."""
+    if plan.start is None:
+        return {}
+    return None if plan.start.heads is None else dict(plan.start.heads)
 
 
 def run_pinned_stage(

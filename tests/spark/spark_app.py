@@ -22,9 +22,15 @@ LOCALITY_WAIT = "30s"
 class SparkApp:
     """The test session's Spark application (restartable)."""
 
-    def __init__(self, cluster: StandaloneCluster, hosts: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        cluster: StandaloneCluster,
+        hosts: tuple[str, ...],
+        conf: dict[str, str] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.hosts = hosts
+        self.conf = dict(conf or {})
         self.session: SparkSession | None = None
         self.restarts = 0
 
@@ -35,7 +41,7 @@ class SparkApp:
             locality_wait=LOCALITY_WAIT,
             log4j_config=self.cluster.quiet_log4j_config,
             # affinity's jar, and Spark's Kafka connector for test_kafka_connector
-            conf={JAR_CONF_KEY: f"{spark_jar()},{spark_jars_conf()}"},
+            conf={JAR_CONF_KEY: f"{spark_jar()},{spark_jars_conf()}", **self.conf},
         )
         self.ready()
 

@@ -88,8 +88,12 @@ class Run:
         self.ends: dict[int, dict[str, int]] = {}
         self.make = make
         self.query = make(self.sink)
+        self.fail_once = False
 
     def sink(self, df: Any, batch: int) -> None:
+        if self.fail_once:
+            self.fail_once = False
+            raise RuntimeError(f"the sink failed once in batch {batch}")
         self.outputs[batch] = sorted(tuple(r) for r in df.collect())
 
     def batch(self) -> Any:
@@ -187,6 +191,18 @@ def test_tasks_own_their_partitions_through_failures(
         produce(kafka_broker, topic, 2000, 600)
         grown = run.batch()
         assert grown.tasks == 6 and grown.rows_in == 600 and grown.pinned_ok == 6
+
+        # a partition added between two attempts of a batch: the retry reads its recorded
+        # ranges (nothing of the new partitions), the next batch starts reading them
+        run.fail_once = True
+        produce(kafka_broker, topic, 2600, 300)
+        with pytest.raises(Exception, match="the sink failed once"):
+            run.batch()
+        kafka_broker.add_partitions(topic, 8)
+        produce(kafka_broker, topic, 2900, 400)
+        retried = run.batch()
+        assert (retried.batch, retried.tasks, retried.rows_in) == (grown.batch + 1, 8, 300)
+        assert run.batch().rows_in == 400
     finally:
         run.query.close()
     assert run.outputs == reference(kafka_broker, topic, run.ends)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,11 @@ from locality.spark.state import (
     QuerySpec,
     StatefulFunctionError,
     StoreSpec,
-    latest_commit,
     parse_schema,
     write_commit,
     write_pending,
 )
-from locality.spark.state.durable import commit_exists, forget_commits_from, pin_pending_ranges
+from locality.spark.state.durable import commit_exists, pin_pending_ranges
 from locality.spark.state.keyspace import key_text
 from locality.spark.state.pinned_task import (
     GROUP_COLUMN,
@@ -140,6 +140,7 @@ def _runner(
         batch=batch,
         start_batch=start.batch if start else -1,
         tokens=dict(start.tokens) if start else {},
+        heads=dict(start.heads or {}) if start else {},
         key_groups={"t0": (0, 1, 2, 3)},
         batch_time_ms=1000 * batch,
         input_columns=("k",),
@@ -172,43 +173,60 @@ def test_a_task_runs_from_arrow_to_arrow_and_reports_one_result(tmp_path: Path) 
     data, result = _run(_runner(tmp_path, 0, None), ["a", "bb", "a", "ccc", "a"])
     assert data == [("a", 3), ("bb", 1), ("ccc", 1)]
     assert (result.task, result.source, result.rows_in, result.rows_out) == ("t0", "new", 5, 3)
-    commit = CommitRecord(0, {"t0": result.token}, {"t0": result.key_groups}, 4)
-    write_commit(_runner(tmp_path, 0, None).spec.store.storage, commit)
+    storage = _runner(tmp_path, 0, None).spec.store.storage
+    commit = write_commit(storage, CommitRecord.of(0, {"t0": result}, 4, None))
     data, again = _run(_runner(tmp_path, 1, commit), ["bb"])
     assert data == [("bb", 2)] and again.source == "memory" and again.rows_in == 1
 
     # no rows at all: the task still runs (its state is checkpointed, keys could time out)
-    commit = CommitRecord(1, {"t0": again.token}, {"t0": again.key_groups}, 4)
+    commit = write_commit(storage, CommitRecord.of(1, {"t0": again}, 4, commit))
     data, empty = _run(_runner(tmp_path, 2, commit), [])
     assert data == [] and empty.rows_in == 0 and empty.token
 
 
-def test_a_committed_batch_is_refused_and_a_batch_run_again_forgets_it(tmp_path: Path) -> None:
+def test_a_committed_batch_is_refused_and_a_batch_run_again_by_a_new_driver_runs(
+    tmp_path: Path,
+) -> None:
     runner = _runner(tmp_path, 0, None)
     storage = runner.spec.store.storage
     _, result = _run(runner, ["a"])
-    write_commit(storage, CommitRecord(0, {"t0": result.token}, {"t0": result.key_groups}, 4))
-    assert commit_exists(storage, 0)
+    commit = CommitRecord.of(0, {"t0": result}, 4, None)
+    write_commit(storage, replace(commit, epoch=3))
+    assert commit_exists(storage, 0, 3) and not commit_exists(storage, 0, 4)
     with pytest.raises(StaleBatchError, match="batch 0 is committed already"):
-        _run(_runner(tmp_path, 0, None), ["a"])
-    # Spark runs batch 0 again (its own commit log lacks it): the driver forgets the commit first
-    assert forget_commits_from(storage, 0) == [0]
-    assert latest_commit(storage) is None
-    data, rerun = _run(_runner(tmp_path, 0, None), ["a"])
+        _run(replace(_runner(tmp_path, 0, None), epoch=3), ["a"])
+    # Spark runs batch 0 again after a restart (its own commit log lacks it): the new driver's
+    # epoch runs it from the commit before it, under a new token and files of its own
+    data, rerun = _run(replace(_runner(tmp_path, 0, None), epoch=4), ["a"])
     assert data == [("a", 1)] and rerun.token != result.token
+    assert set(rerun.heads.values()).isdisjoint(result.heads.values())
 
 
 def test_output_that_does_not_fit_the_schema_is_named(tmp_path: Path) -> None:
     def wrong(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[Any]:
         yield pd.DataFrame({"k": [key[0]], "n": ["not a number"]})
 
-    with pytest.raises(StatefulFunctionError, match="does not fit output_schema"):
-        _run(_runner(tmp_path, 0, None, wrong), ["a"])
+    delivered: list[int] = []
+    runner = replace(
+        _runner(tmp_path, 0, None, wrong), deliver=lambda t, b, out: delivered.append(len(out))
+    )
+    with pytest.raises(
+        StatefulFunctionError,
+        match=r"does not fit output_schema: column 'n' should be int64, found str \('not a "
+        r"number'\); nothing of the batch was written",
+    ):
+        _run(runner, ["a"])
+    # checked before any side effect: nothing checkpointed, nothing delivered
+    storage = runner.spec.store.storage
+    assert delivered == []
+    assert all(storage.list_files(g) == [] for g in range(4))
 
 
 def test_a_commit_record_carries_input_offsets_and_reads_without_them() -> None:
     record = CommitRecord(4, {"t0": "a"}, {"t0": (0, 2)}, 8, offsets={"events-3": 120})
     assert CommitRecord.from_bytes(record.to_bytes(), "x") == record
+    fenced = replace(record, heads={0: "base-00000000-4-a.json"}, epoch=3, driver="d", prev="p")
+    assert CommitRecord.from_bytes(fenced.to_bytes(), "x") == fenced
     plain = CommitRecord(4, {"t0": "a"}, {"t0": (0, 2)}, 8)
     assert b"offsets" not in plain.to_bytes()  # a record without offsets reads as before
     assert CommitRecord.from_bytes(plain.to_bytes(), "x").offsets == {}

@@ -3,14 +3,22 @@
 A stateful query's durable directory (``state.checkpoint_dir``)::
 
     <root>/keygroups/kg-<group:05d>/base-<seq>.json | delta-<seq>.json   (objectspace chains)
-    <root>/records/commit-<batch:012d>.json   a committed batch: each task's checkpoint token
-    <root>/records/pending-<batch:012d>.json  a batch started: its processing time
+    <root>/records/commit-<batch:012d>-e<epoch:08d>-<id>.json   a committed batch (below)
+    <root>/records/pending-<batch:012d>.json  a batch started: its processing time, its ranges
 
 The **driver** writes records: ``pending`` before a batch's tasks run (so every attempt of the
 batch, also after an application restart, uses the same processing time) and ``commit`` after
 every task checkpointed it and the sink took its output. The **tasks** write the key-group
-chains. The latest commit is the state a batch starts from; a replayed batch id starts from the
-latest commit *before* it.
+chains, each attempt under names of its own (its token, :meth:`ObjectSpace.checkpoint`'s tag).
+
+A commit record names, per task, the token of the attempt that is the truth, and per key group
+the **head** of its chain (the newest file; the chain is followed back from it), the driver
+epoch that wrote it, and ``prev``: the record of the commit the batch started from. Records
+are *created* (never overwritten, :meth:`Storage.create_record`): a second writer of one name
+fails. Which record is the latest is not decided here: ZooKeeper holds the pointer, moved by
+compare-and-set under the driver's epoch (:class:`metadata.zk.recipe.StreamingCommits`); a
+record the pointer does not reach is an attempt that lost (or a deposed driver's) and is
+removed by :func:`prune_records`. Records of format 1 (no heads, no epoch) are still read.
 
 Plugging in an object store
 ---------------------------
@@ -32,8 +40,9 @@ import json
 import os
 import re
 import tempfile
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,18 +51,20 @@ from locality.spark.state.objectspace import CheckpointStorage, DirectoryStorage
 __all__ = [
     "CommitRecord",
     "commit_exists",
-    "forget_commits_from",
     "DirectoryStateStorage",
     "Storage",
     "latest_commit",
     "pin_pending_ranges",
+    "prune_records",
+    "read_commit",
     "read_pending",
+    "record_name",
     "write_commit",
     "write_pending",
 ]
 
-_RECORD_RE = re.compile(r"^(commit|pending)-(\d{12})\.json$")
-#: Commit and pending records kept (older ones are deleted as new ones are written).
+_RECORD_RE = re.compile(r"^(commit|pending)-(\d{12})(?:-e(\d{8})-[0-9a-f]{1,16})?\.json$")
+#: Commit records kept along the chain of the latest commit (older ones are pruned).
 KEEP_RECORDS = 3
 
 
@@ -72,7 +83,22 @@ class Storage(CheckpointStorage, Protocol):
         """Write (or replace) a record atomically."""
         ...
 
+    def create_record(self, name: str, data: bytes) -> None:
+        """Write a record atomically if none of that name exists, else ``FileExistsError``."""
+        ...
+
     def delete_record(self, name: str) -> None: ...
+
+
+class TaskCheckpoint(Protocol):
+    """What a task's attempt reports of its checkpoint (a task result or outcome)."""
+
+    @property
+    def token(self) -> str: ...
+    @property
+    def key_groups(self) -> tuple[int, ...]: ...
+    @property
+    def heads(self) -> Mapping[int, str]: ...
 
 
 class DirectoryStateStorage(DirectoryStorage):
@@ -108,6 +134,22 @@ class DirectoryStateStorage(DirectoryStorage):
         finally:
             Path(tmp).unlink(missing_ok=True)
 
+    def create_record(self, name: str, data: bytes) -> None:
+        self.records.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.records)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                if self.fsync:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            try:
+                os.link(tmp, self.records / name)
+            except FileExistsError:
+                raise FileExistsError(f"{self.records / name} already exists") from None
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
     def delete_record(self, name: str) -> None:
         (self.records / name).unlink(missing_ok=True)
 
@@ -123,18 +165,48 @@ class DirectoryStateStorage(DirectoryStorage):
 
 @dataclass(frozen=True)
 class CommitRecord:
-    """A committed batch: per task, the token of the checkpoint its successful attempt wrote
-    and the key groups it held (a local copy is used only when both match)."""
+    """A committed batch: per task, the token of the attempt that is the truth and the key
+    groups it held (a local copy is used only when both match); per key group, its chain's head
+    (None: a format 1 record, whose chains are found by batch); the driver epoch and driver
+    that committed it, and ``prev``, the record it started from."""
 
     batch: int
     tokens: Mapping[str, str]
     key_groups: Mapping[str, tuple[int, ...]]
     max_parallelism: int
     offsets: Mapping[str, int] = field(default_factory=dict)  # input partition -> next offset
+    heads: Mapping[int, str] | None = None
+    epoch: int = 0
+    driver: str = ""
+    prev: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # what a query keeps (a watermark)
+
+    name: str = ""  # the record's file name (set by :func:`read_commit`, :func:`write_commit`)
+
+    @classmethod
+    def of(
+        cls,
+        batch: int,
+        results: Mapping[str, TaskCheckpoint],
+        max_parallelism: int,
+        start: CommitRecord | None,
+        offsets: Mapping[str, int] | None = None,
+    ) -> CommitRecord:
+        """The commit of ``batch`` from each task's result (its token, key groups and chain
+        heads), started from ``start``."""
+        return cls(
+            batch,
+            {t: r.token for t, r in results.items()},
+            {t: tuple(r.key_groups) for t, r in results.items()},
+            max_parallelism,
+            offsets=dict(offsets or {}),
+            heads={g: h for r in results.values() for g, h in r.heads.items()},
+            prev=start.name if start is not None else None,
+        )
 
     def to_bytes(self) -> bytes:
         document: dict[str, Any] = {
-            "format": 1,
+            "format": 1 if self.heads is None else 2,
             "batch": self.batch,
             "max_parallelism": self.max_parallelism,
             "tasks": {
@@ -144,6 +216,11 @@ class CommitRecord:
         }
         if self.offsets:
             document["offsets"] = dict(self.offsets)
+        if self.heads is not None:
+            document["heads"] = {str(g): h for g, h in sorted(self.heads.items())}
+            document.update(epoch=self.epoch, driver=self.driver, prev=self.prev)
+        if self.extra:
+            document["extra"] = dict(self.extra)
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -157,57 +234,87 @@ class CommitRecord:
                 key_groups={t: tuple(int(g) for g in v["key_groups"]) for t, v in tasks.items()},
                 max_parallelism=int(document["max_parallelism"]),
                 offsets={str(k): int(v) for k, v in document.get("offsets", {}).items()},
+                heads=(
+                    {int(g): str(h) for g, h in document["heads"].items()}
+                    if "heads" in document
+                    else None
+                ),
+                epoch=int(document.get("epoch", 0)),
+                driver=str(document.get("driver", "")),
+                prev=None if document.get("prev") is None else str(document["prev"]),
+                extra=dict(document.get("extra", {})),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"{where}: not a commit record ({exc!r})") from None
 
 
-def _records(storage: Storage, kind: str) -> list[tuple[int, str]]:
+def _records(storage: Storage, kind: str) -> list[tuple[int, int, str]]:
+    """(batch, epoch, name) of the records of ``kind``, oldest first (format 1: epoch 0)."""
     found = []
     for name in storage.list_records():
         match = _RECORD_RE.match(name)
         if match is not None and match.group(1) == kind:
-            found.append((int(match.group(2)), name))
+            found.append((int(match.group(2)), int(match.group(3) or 0), name))
     return sorted(found)
 
 
+def record_name(batch: int, epoch: int, attempt: str) -> str:
+    """A commit record's name: ``commit-<batch:012d>-e<epoch:08d>-<attempt>.json`` (the attempt:
+    a few hex digits, so a driver committing one batch twice never meets its own name)."""
+    return f"commit-{batch:012d}-e{epoch:08d}-{attempt}.json"
+
+
+def read_commit(storage: Storage, name: str) -> CommitRecord:
+    """The commit record ``name``; a missing or unreadable one is a ``ValueError`` naming it."""
+    data = storage.read_record(name)
+    if data is None:
+        raise ValueError(f"{name}: the commit record is missing")
+    return replace(CommitRecord.from_bytes(data, name), name=name)
+
+
 def latest_commit(storage: Storage, before: int | None = None) -> CommitRecord | None:
-    """The latest committed batch (``before``: the latest one below that batch id)."""
-    for batch, name in reversed(_records(storage, "commit")):
+    """The latest commit record by its name: the highest batch (below ``before``), then the
+    highest epoch. What the records alone say: the driver follows ZooKeeper's pointer and reads
+    this only when ZooKeeper has none (a new ensemble) and for inspection."""
+    for batch, _epoch, name in reversed(_records(storage, "commit")):
         if before is not None and batch >= before:
             continue
         data = storage.read_record(name)
         if data is not None:
-            return CommitRecord.from_bytes(data, name)
+            return replace(CommitRecord.from_bytes(data, name), name=name)
     return None
 
 
-def write_commit(storage: Storage, record: CommitRecord) -> None:
-    """Record ``record`` and drop all but the last :data:`KEEP_RECORDS` records of each kind."""
-    storage.put_record(_commit_name(record.batch), record.to_bytes())
-    for kind in ("commit", "pending"):
-        for _batch, name in _records(storage, kind)[:-KEEP_RECORDS]:
-            storage.delete_record(name)
+def write_commit(storage: Storage, record: CommitRecord) -> CommitRecord:
+    """Create ``record`` under a fresh name (never overwriting one); the record with its name."""
+    name = record_name(record.batch, record.epoch, uuid.uuid4().hex[:6])
+    storage.create_record(name, record.to_bytes())
+    return replace(record, name=name)
 
 
-def commit_exists(storage: Storage, batch: int) -> bool:
-    """Whether ``batch`` is committed (its commit record exists)."""
-    return storage.read_record(_commit_name(batch)) is not None
+def commit_exists(storage: Storage, batch: int, epoch: int = 0) -> bool:
+    """Whether a commit record of ``batch`` by driver ``epoch`` exists (0: any driver)."""
+    for found_batch, found_epoch, _name in _records(storage, "commit"):
+        if found_batch == batch and (epoch == 0 or found_epoch == epoch):
+            return True
+    return False
 
 
-def forget_commits_from(storage: Storage, batch: int) -> list[int]:
-    """Delete the commit records of ``batch`` and later (Spark runs ``batch`` again: it was
-    committed here but not in Spark's own commit log); returns the batches forgotten. The
-    checkpoint files those commits named are past the commit the batch now starts from: its
-    tasks delete them before writing (``ObjectSpace.adopt_abandoned``)."""
-    forgotten = [b for b, _ in _records(storage, "commit") if b >= batch]
-    for old in forgotten:
-        storage.delete_record(_commit_name(old))
-    return forgotten
-
-
-def _commit_name(batch: int) -> str:
-    return f"commit-{batch:012d}.json"
+def prune_records(storage: Storage, keep: set[str], decided_upto: int) -> list[str]:
+    """Delete the commit records of batches up to ``decided_upto`` not in ``keep`` (the chain
+    of the latest commits), and the pending records of batches before the oldest kept one;
+    returns the names deleted."""
+    kept = [b for b, _e, n in _records(storage, "commit") if n in keep]
+    oldest = min(kept) if kept else decided_upto + 1
+    deleted = [
+        name
+        for batch, _epoch, name in _records(storage, "commit")
+        if batch <= decided_upto and name not in keep
+    ]
+    deleted += [name for batch, _e, name in _records(storage, "pending") if batch < oldest]
+    for name in deleted:
+        storage.delete_record(name)
+    return deleted
 
 
 def write_pending(storage: Storage, batch: int, batch_time_ms: int) -> int:

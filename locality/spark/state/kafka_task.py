@@ -14,11 +14,14 @@ key and the value as UTF-8 strings, plus Spark's Kafka columns ``topic``, ``part
 task: ``p x f + bucket``).
 
 :class:`KafkaTaskOutput` writes a task's output rows to a topic: in one Kafka transaction per
-task and batch (``transactional.id`` = ``<query>-<task>-<batch>``, so a retried attempt fences
-the one before it and a reader with ``read_committed`` sees a task's batch whole or not at all),
-or with an idempotent producer. Either way delivery is **at least once**: a batch whose tasks
-wrote their output but which was not committed (the driver failed before its commit record) is
-run again and writes its output again. Imports confluent-kafka (through
+task and batch under one stable ``transactional.id`` per task (``<query>-<task>``): an attempt
+opening its writer aborts any transaction an earlier attempt of the task left open and fences
+that attempt's writer, so a reader with ``read_committed`` sees a task's batch whole or not at
+all; or with an idempotent producer. Fencing is "the last to initialise wins": a zombie attempt
+that opens its writer *after* the live attempt committed commits its own copy. So delivery is
+**at least once**: that zombie, or a batch whose tasks wrote their output but which was not
+committed (the driver failed before its commit record) and runs again, writes the output
+again. Imports confluent-kafka (through
 :mod:`locality.spark.kafka`), pyarrow and numpy lazily.
 """
 
@@ -134,10 +137,17 @@ class KafkaTaskOutput:
             return write_records(
                 self.client, self.topic, output, key_column=key, value_column=value
             )
-        with TransactionalWriter(self.client, f"{self.query}-{task}-{batch}") as transaction:
+        with TransactionalWriter(self.client, transactional_id(self.query, task)) as transaction:
             if not len(output):
                 return 0
             return transaction.write(self.topic, output, key_column=key, value_column=value)
+
+
+def transactional_id(query: str, task: str) -> str:
+    """The one ``transactional.id`` of a task of a query, stable across batches and attempts
+    (the broker keeps each id it sees for ``transactional.id.expiration.ms``: an id per batch
+    would pile up ~100k a day at 12 tasks and a 10 s trigger)."""
+    return f"{query}-{task}"
 
 
 def _records(output: pd.DataFrame, key: str | None, value: str | None) -> pd.DataFrame:

@@ -12,10 +12,12 @@ Partition i of the pinned shuffle holds the rows of task ``tasks[i]``, each with
    task's :class:`TaskResult` as JSON in the column ``_affinity_result`` (null in output rows).
    The driver collects only those rows: one per task.
 
-It refuses to run a batch that is committed already (a DataFrame handed to the sink, used
-again after the commit, would otherwise rewrite committed checkpoints): the driver removes the
-commit records of a batch id Spark runs again before its tasks start. Imports pandas and pyarrow
-lazily (they are on the executors for ``mapInArrow``).
+The output is checked against the output schema (each column converted to its Arrow type)
+*before* anything is checkpointed or delivered: output that does not fit fails the task naming
+the column, the expected and the found type, and nothing of it is written anywhere. It refuses
+to run a batch this driver committed already (a DataFrame handed to the sink, used again after
+the commit, would otherwise do the batch's work again). Imports pandas and pyarrow lazily (they
+are on the executors for ``mapInArrow``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from locality.spark.state.durable import commit_exists
@@ -78,18 +80,22 @@ class TaskResult:
     host: str | None
     attempt: int
     seconds: float
+    heads: Mapping[int, str] = field(default_factory=dict)  # key group -> its chain's head
 
     @property
     def warm(self) -> bool:
         return self.source in ("memory", "local")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        document = asdict(self)
+        document["heads"] = {str(g): h for g, h in self.heads.items()}
+        return json.dumps(document, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> TaskResult:
         document = json.loads(text)
         document["key_groups"] = tuple(document["key_groups"])
+        document["heads"] = {int(g): str(h) for g, h in document.get("heads", {}).items()}
         return cls(**document)
 
     @classmethod
@@ -116,6 +122,7 @@ class TaskResult:
             host=host,
             attempt=attempt,
             seconds=seconds,
+            heads=dict(outcome.heads),
         )
 
 
@@ -132,6 +139,8 @@ class PinnedTaskRunner:
     batch_time_ms: int
     input_columns: tuple[str, ...]  # the stream's own columns, as the function gets them
     output_schema: pa.Schema  # the output columns (nullable) and RESULT_COLUMN
+    heads: Mapping[int, str] | None = None  # the start commit's chain heads (None: format 1)
+    epoch: int = 0  # the driver epoch running the batch (its commit record's name)
     # Where a task's rows come from: None, the shuffle partition it runs on; else a function of
     # the task giving its rows (the function's columns and GROUP_COLUMN), e.g. its Kafka ranges.
     source: Callable[[str], pa.Table] | None = None
@@ -154,7 +163,7 @@ class PinnedTaskRunner:
         index = context.partitionId() if context is not None else 0
         attempt = context.attemptNumber() if context is not None else 0
         task = self.tasks[index]
-        if commit_exists(self.spec.store.storage, self.batch):
+        if commit_exists(self.spec.store.storage, self.batch, self.epoch):
             raise StaleBatchError(
                 f"batch {self.batch} is committed already: a DataFrame given to the sink is "
                 "valid only during the sink call (its rows were computed for that call)"
@@ -176,30 +185,43 @@ class PinnedTaskRunner:
             key_groups=self.key_groups[task],
             batch_time_ms=self.batch_time_ms,
             rows=tuple(rows),
+            heads=self.heads,
         )
-        outcome = run_task_batch(self.spec, work, SparkExecutorLocationIdProvider().location_id())
+        location = SparkExecutorLocationIdProvider().location_id()
+        outcome = run_task_batch(self.spec, work, location, prepare=self._output_table)
         if self.deliver is not None:
             self.deliver(task, self.batch, outcome.output)
-        yield from self._output(outcome.output)
+        yield from self._output(outcome.prepared)
         rows_in = sum(len(frame) for _, _, frame in rows)
         where = (current_executor_id(), current_executor_host(), attempt)
         result = TaskResult.of(outcome, rows_in, where, time.perf_counter() - began)
         yield self._result_batch(result)
 
-    def _output(self, frame: pd.DataFrame) -> Iterator[pa.RecordBatch]:
+    def _output_table(self, frame: pd.DataFrame) -> pa.Table | None:
+        """The output as an Arrow table of the output schema (None: no rows), checked column by
+        column before any side effect (module docstring)."""
         import pyarrow as pa
 
         if not len(frame):
-            return
+            return None
         user = pa.schema([f for f in self.output_schema if f.name != RESULT_COLUMN])
-        try:
-            table = pa.Table.from_pandas(frame, schema=user, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
-            raise StatefulFunctionError(
-                f"batch {self.batch}: the function's output does not fit output_schema: {exc}"
-            ) from None
-        table = table.append_column(RESULT_COLUMN, pa.nulls(table.num_rows, pa.string()))
-        yield from table.to_batches()
+        columns = []
+        for field_ in user:
+            values = frame[field_.name]
+            try:
+                columns.append(pa.array(values, type=field_.type, from_pandas=True))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, OverflowError):
+                raise StatefulFunctionError(
+                    f"batch {self.batch}: the function's output does not fit output_schema: "
+                    f"column {field_.name!r} should be {field_.type}, found "
+                    f"{_found_type(values)}; nothing of the batch was written"
+                ) from None
+        table = pa.Table.from_arrays(columns, schema=user)
+        return table.append_column(RESULT_COLUMN, pa.nulls(table.num_rows, pa.string()))
+
+    def _output(self, table: pa.Table | None) -> Iterator[pa.RecordBatch]:
+        if table is not None:
+            yield from table.to_batches()
 
     def _result_batch(self, result: TaskResult) -> pa.RecordBatch:
         import pyarrow as pa
@@ -211,6 +233,16 @@ class PinnedTaskRunner:
             for field in self.output_schema
         ]
         return pa.RecordBatch.from_arrays(columns, schema=self.output_schema)
+
+
+def _found_type(values: pd.Series) -> str:
+    """What a column holds: its dtype, and for objects the first value that is not null."""
+    if str(values.dtype) != "object":
+        return str(values.dtype)
+    for value in values:
+        if value is not None:
+            return f"{type(value).__name__} ({value!r:.40})"
+    return "object"
 
 
 def key_runs(

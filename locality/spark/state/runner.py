@@ -18,14 +18,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from locality.spark.state.groupstate import NO_TIMEOUT, KeyState
 from locality.spark.state.objectspace import KeyGroup, ObjectSpace
 from locality.spark.state.schema import Field, StateValueError, to_python
-from locality.spark.state.store import StoreSpec, open_task_state, save_task_state
+from locality.spark.state.store import (
+    StartPoint,
+    StoreSpec,
+    new_token,
+    open_task_state,
+    save_task_state,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,6 +75,14 @@ class TaskBatch:
     key_groups: tuple[int, ...]
     batch_time_ms: int
     rows: tuple[tuple[int, tuple[Any, ...], pd.DataFrame], ...]
+    heads: Mapping[int, str] | None = None  # the start commit's chain heads (None: format 1)
+
+    @property
+    def start(self) -> StartPoint:
+        heads = self.heads
+        if heads is not None:
+            heads = {g: h for g, h in heads.items() if g in set(self.key_groups)}
+        return StartPoint(self.start_batch, self.token, heads)
 
 
 @dataclass(frozen=True)
@@ -87,19 +101,27 @@ class TaskOutcome:
     timed_out: int
     open_s: float
     run_s: float
+    heads: Mapping[int, str] = field(default_factory=dict)  # key group -> its chain's head
+    prepared: Any = None  # what ``prepare`` made of the output (e.g. an Arrow table)
 
 
 def _key_json(key: Sequence[Any]) -> str:
     return json.dumps([to_python(v) for v in key], separators=(",", ":"))
 
 
-def run_task_batch(spec: QuerySpec, work: TaskBatch, location: str) -> TaskOutcome:
-    """Run one task's micro-batch on this executor (see the module docstring)."""
+def run_task_batch(
+    spec: QuerySpec,
+    work: TaskBatch,
+    location: str,
+    prepare: Callable[[pd.DataFrame], Any] | None = None,
+) -> TaskOutcome:
+    """Run one task's micro-batch on this executor (see the module docstring). ``prepare``
+    checks and converts the output before anything is checkpointed (it raises
+    :class:`StatefulFunctionError` for output that does not fit): nothing of a batch whose
+    output is refused is written anywhere."""
     import pandas as pd
 
-    space, opened = open_task_state(
-        spec.store, work.task, work.key_groups, work.start_batch, work.token, location
-    )
+    space, opened = open_task_state(spec.store, work.task, work.key_groups, work.start, location)
     began = time.perf_counter()
     outputs: list[pd.DataFrame] = []
     seen: set[tuple[int, str]] = set()
@@ -111,9 +133,11 @@ def run_task_batch(spec: QuerySpec, work: TaskBatch, location: str) -> TaskOutco
     for group_id, key_text in expired:
         key = tuple(json.loads(key_text))
         outputs += _call(spec, space.group(group_id), key, key_text, [], work, timed_out=True)
-    token, report = save_task_state(spec.store, work.task, space, work.batch, location)
     frames = [f for f in outputs if len(f)]
     output = pd.concat(frames, ignore_index=True) if frames else _empty(spec.output_columns)
+    prepared = prepare(output) if prepare is not None else None
+    token = new_token()
+    report = save_task_state(spec.store, work.task, space, work.batch, location, token)
     return TaskOutcome(
         task=work.task,
         output=output,
@@ -127,6 +151,8 @@ def run_task_batch(spec: QuerySpec, work: TaskBatch, location: str) -> TaskOutco
         timed_out=len(expired),
         open_s=opened.seconds,
         run_s=time.perf_counter() - began,
+        heads=space.heads(),
+        prepared=prepared,
     )
 
 

@@ -13,17 +13,20 @@ Where a task's state comes from, in order (:func:`open_task_state`):
    path holds no application or executor id, so it outlives executor JVMs and application
    restarts; the location is the executor's location id, so executors on different hosts of one
    machine keep apart. Used only if it holds the batch and token of the commit the batch starts
-   from (the latest committed checkpoint before it);
-3. **restored**: otherwise the key groups are loaded from durable storage at the committed batch
-   (``upto_batch``), copying each file read into the local mirror; its bytes are counted;
+   from (the latest committed checkpoint before it), read along the commit's chain heads;
+3. **restored**: otherwise the key groups are loaded from durable storage along the commit's
+   chain heads, copying each file read into the local mirror; its bytes are counted;
 4. **new**: nothing was committed yet.
 
 Either way the space is then attached to a :class:`TeeStorage` (durable first, then the local
-mirror) and lists the durable key groups for files a failed attempt left past its position
-(:meth:`ObjectSpace.adopt_abandoned`): they are deleted before the next write, so a replayed batch
-id starts from the state of the batch before it. :func:`save_task_state` checkpoints the batch
-(one delta or base per changed key group), records a fresh token in the local copy and keeps
-the space in memory. The driver commits the batch with the tokens the tasks return.
+mirror), and the files no commit needs are deleted from both: those of batches the start commit
+decided that are not on its chains (attempts that lost, generations a compaction superseded;
+:meth:`ObjectSpace.collect_garbage`). Files of later batches are left alone: another attempt of
+this batch may be writing them. :func:`save_task_state` checkpoints the batch under this
+attempt's token (one delta or base per changed key group, named for the batch and the token, so
+two attempts of one batch never touch each other's files), records the token in the local copy
+and keeps the space in memory. The driver commits the batch with the tokens and chain heads the
+tasks return; a commit record of format 1 (no heads) is still loaded the old way, by batch.
 
 Standard library only (runs on executors).
 """
@@ -35,9 +38,10 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from locality.spark.state.durable import Storage
@@ -52,11 +56,13 @@ from locality.spark.state.objectspace.storage import CheckpointStorage
 
 __all__ = [
     "OpenReport",
+    "StartPoint",
     "StoreSpec",
     "TeeStorage",
     "forget_memory",
     "local_root",
     "meta_path",
+    "new_token",
     "open_task_state",
     "read_meta",
     "save_task_state",
@@ -176,31 +182,48 @@ def write_meta(root: Path, task: str, batch: int, token: str, groups: Sequence[i
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True)
+class StartPoint:
+    """The commit a task's batch starts from: its batch (-1: none), the task's token there (None:
+    none), and the chain heads of the task's key groups (None: a format 1 commit, loaded by
+    batch)."""
+
+    batch: int
+    token: str | None
+    heads: Mapping[int, str] | None
+
+    def load_options(self) -> dict[str, Any]:
+        if self.heads is None:
+            return {"upto_batch": self.batch}
+        return {"heads": self.heads}
+
+
 def open_task_state(
     spec: StoreSpec,
     task: str,
     key_groups: Sequence[int],
-    start_batch: int,
-    token: str | None,
+    start: StartPoint,
     location: str,
 ) -> tuple[ObjectSpace, OpenReport]:
-    """The task's state at ``start_batch`` (its committed ``token``; -1 and None: nothing
-    committed yet), attached to durable storage and the local mirror. See the module docstring.
-    """
+    """The task's state at the commit ``start``, attached to durable storage and the local
+    mirror, with the files no commit needs deleted. See the module docstring."""
     began = time.perf_counter()
     groups = tuple(sorted(key_groups))
     root = local_root(spec, location)
     mirror = DirectoryStorage(root / "keygroups", fsync=False)
     tee = TeeStorage(spec.storage, mirror)
-    wanted = (start_batch, token, groups)
+    wanted = (start.batch, start.token, groups)
     cache_key = (repr(spec.storage), str(root), task)
     cached = _MEMORY.pop(cache_key, None)
-    if token is not None and cached is not None and cached[:3] == wanted:
+    if start.token is not None and cached is not None and cached[:3] == wanted:
         space, source, restored, local = cached[3], "memory", 0, 0
     else:
-        space, source, restored, local = _from_disk(spec, root, task, groups, wanted, tee)
+        space, source, restored, local = _from_disk(spec, root, task, groups, start, tee)
     space.attach(tee)
-    space.adopt_abandoned()
+    if start.heads is None:
+        space.adopt_abandoned()  # a format 1 commit: its chains are found by batch
+    else:
+        space.collect_garbage(start.batch, spec.storage, mirror)
     return space, OpenReport(source, restored, local, time.perf_counter() - began)
 
 
@@ -209,21 +232,18 @@ def _from_disk(
     root: Path,
     task: str,
     groups: tuple[int, ...],
-    wanted: tuple[int, str | None, tuple[int, ...]],
+    start: StartPoint,
     tee: TeeStorage,
 ) -> tuple[ObjectSpace, str, int, int]:
     """(space, source, bytes restored, bytes read locally): the local copy if it matches."""
-    start_batch, token, _ = wanted
     held_groups, versions = read_meta(root, task)
-    if token is not None and held_groups == groups and (start_batch, token) in versions:
+    options = start.load_options()
+    if start.token is not None and held_groups == groups and (start.batch, start.token) in versions:
         try:
             space, report = ObjectSpace.load(
-                tee.mirror,
-                groups,
-                max_parallelism=spec.max_parallelism,
-                upto_batch=start_batch,
-                policy=spec.policy,
-            )
+                tee.mirror, groups, max_parallelism=spec.max_parallelism, policy=spec.policy,
+                **options,
+            )  # fmt: skip
             for g, names in space.abandoned().items():  # a failed attempt's files, here only
                 for name in names:
                     tee.mirror.delete_file(g, name)
@@ -237,20 +257,25 @@ def _from_disk(
         _CopyingReader(spec.storage, tee.mirror),
         groups,
         max_parallelism=spec.max_parallelism,
-        upto_batch=start_batch,
         policy=spec.policy,
+        **options,
     )
-    source = "new" if start_batch < 0 else "restored"
+    source = "new" if start.batch < 0 else "restored"
     return space, source, report.bytes_read, 0
 
 
+def new_token() -> str:
+    """A fresh attempt token: 16 lowercase hex digits (in file names and commit records)."""
+    return uuid.uuid4().hex[:16]
+
+
 def save_task_state(
-    spec: StoreSpec, task: str, space: ObjectSpace, batch: int, location: str
-) -> tuple[str, CheckpointReport]:
-    """Checkpoint ``batch`` (durable, then the local mirror), record the local copy and keep the
-    space in memory; the token the driver puts in the batch's commit record."""
-    report = space.checkpoint(batch)
-    token = uuid.uuid4().hex
+    spec: StoreSpec, task: str, space: ObjectSpace, batch: int, location: str, token: str
+) -> CheckpointReport:
+    """Checkpoint ``batch`` under this attempt's ``token`` (durable, then the local mirror),
+    record the local copy and keep the space in memory; the driver puts the token and the
+    space's :meth:`ObjectSpace.heads` in the batch's commit record."""
+    report = space.checkpoint(batch, tag=token)
     root = local_root(spec, location)
     groups = space.key_groups
     write_meta(root, task, batch, token, groups)
@@ -258,4 +283,4 @@ def save_task_state(
     for key in [k for k, v in _MEMORY.items() if k[:2] == cache_key[:2] and v[0] < batch - 1]:
         del _MEMORY[key]  # tasks this worker no longer runs
     _MEMORY[cache_key] = (batch, token, groups, space)
-    return token, report
+    return report

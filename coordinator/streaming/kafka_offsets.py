@@ -1,0 +1,117 @@
+"""Where a Kafka query's batch starts reading each partition (Spark's option names).
+
+- A partition the commit has an offset for starts there; if retention deleted records from it
+  before they were read (the first offset still in the log is past it), ``fail_on_data_loss``
+  (default true, as Spark's ``failOnDataLoss``) fails the batch with an error naming the
+  partition, the expected offset and the first available; false skips the gap, logged
+  (``kafka.data_lost``).
+- A partition never read starts where ``starting_offsets`` says (Spark's ``startingOffsets``):
+  ``"earliest"`` (the default), ``"latest"``, or per partition as Spark's JSON
+  (``{"clicks": {"0": 23, "1": -2}}``, text or a dict; -2 earliest, -1 latest; a partition not
+  named: earliest).
+- Each batch reads at most ``max_records_per_batch`` records in all; the default
+  (:data:`DEFAULT_MAX_RECORDS`) keeps a first batch on a topic with days of retention from
+  loading all of it into the tasks' Python workers.
+
+Pure: the offsets come in, the starts go out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from locality.spark.kafka import KafkaPartition
+
+__all__ = ["DEFAULT_MAX_RECORDS", "DataLossError", "StartingOffsets", "start_offsets"]
+
+#: Records one batch reads at most unless ``max_records_per_batch`` says otherwise.
+DEFAULT_MAX_RECORDS = 5_000_000
+
+_EARLIEST, _LATEST = -2, -1
+
+
+class DataLossError(RuntimeError):
+    """Records were deleted before the query read them (``fail_on_data_loss``)."""
+
+
+@dataclass(frozen=True)
+class StartingOffsets:
+    """``starting_offsets``: a default for every partition, or offsets per partition."""
+
+    default: int = _EARLIEST  # -2 earliest, -1 latest
+    per_partition: Mapping[KafkaPartition, int] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, value: str | Mapping[str, Any], topics: Iterable[str]) -> StartingOffsets:
+        """From ``"earliest"``, ``"latest"`` or Spark's JSON (text or dict); ``ValueError``."""
+        if value in ("earliest", "latest"):
+            return cls(_EARLIEST if value == "earliest" else _LATEST)
+        document: Any = value
+        if isinstance(value, str):
+            try:
+                document = json.loads(value)
+            except ValueError:
+                document = None
+        if not isinstance(document, Mapping):
+            raise ValueError(
+                "starting_offsets must be 'earliest', 'latest' or offsets per partition as "
+                f'Spark writes them ({{"topic": {{"0": 23, "1": -2}}}}), got {value!r}'
+            )
+        known = set(topics)
+        per: dict[KafkaPartition, int] = {}
+        for topic, offsets in document.items():
+            if topic not in known:
+                raise ValueError(f"starting_offsets names topic {topic!r}, not an input topic")
+            if not isinstance(offsets, Mapping):
+                raise ValueError(f"starting_offsets[{topic!r}] must map partitions to offsets")
+            for partition, offset in offsets.items():
+                if not str(partition).isdigit() or not isinstance(offset, int) or offset < -2:
+                    raise ValueError(
+                        f"starting_offsets[{topic!r}][{partition!r}] = {offset!r}: a partition "
+                        "number and an offset (-2 earliest, -1 latest) are expected"
+                    )
+                per[KafkaPartition(str(topic), int(partition))] = offset
+        return cls(_EARLIEST, per)
+
+    def start(self, partition: KafkaPartition, first: int, end: int) -> int:
+        """Where ``partition``, never read, starts (within the log)."""
+        wanted = self.per_partition.get(partition, self.default)
+        if wanted == _EARLIEST:
+            return first
+        if wanted == _LATEST:
+            return end
+        return min(max(wanted, first), end)
+
+
+def start_offsets(
+    partitions: Iterable[KafkaPartition],
+    done: Mapping[str, int],
+    first: Mapping[KafkaPartition, int],
+    ends: Mapping[KafkaPartition, int],
+    starting: StartingOffsets,
+    fail_on_data_loss: bool,
+    log: Any,
+) -> dict[KafkaPartition, int]:
+    """Each partition's start offset (module docstring); :class:`DataLossError` for records
+    deleted before they were read, when ``fail_on_data_loss``."""
+    starts: dict[KafkaPartition, int] = {}
+    for p in partitions:
+        if str(p) not in done:
+            starts[p] = starting.start(p, first[p], ends[p])
+            continue
+        expected = done[str(p)]
+        if expected >= first[p]:
+            starts[p] = expected
+            continue
+        if fail_on_data_loss:
+            raise DataLossError(
+                f"partition {p}: the next record to read is offset {expected}, but the first "
+                f"still in the log is {first[p]} (retention deleted {first[p] - expected} "
+                "records before they were read); pass fail_on_data_loss=False to skip them"
+            )
+        log.warning("kafka.data_lost", partition=str(p), expected=expected, first=first[p])
+        starts[p] = first[p]
+    return starts
