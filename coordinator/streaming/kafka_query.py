@@ -23,7 +23,10 @@ Per batch (:meth:`KafkaQuery.run_batch`):
    (``output_topic``) and/or leaves it for ``sink(df, batch_id)``;
 5. :meth:`~coordinator.streaming.runtime.QueryRuntime.finish`: the sink, then the commit record
    with each task's checkpoint token *and* each partition's next offset, so a crash anywhere
-   before it replays exactly the uncommitted records and the state counts every record once.
+   before it replays exactly the uncommitted records and the state counts every record once;
+   after it, each partition's next offset is also committed to the consumer group
+   ``affinity-<job>`` (:attr:`KafkaQuery.group`), for Kafka's own lag tools (metadata only: the
+   commit record stays the truth; a failure there is logged and done at the next batch).
 
 Output delivery is at least once (see :mod:`locality.spark.state.kafka_task`).
 """
@@ -60,12 +63,13 @@ from locality.spark.kafka import (
     KafkaPartition,
     as_client_config,
     beginning_offsets,
+    commit_group_offsets,
     end_offsets,
     partition_counts,
     plan_ranges,
 )
 from locality.spark.pinning import job_description
-from locality.spark.state import Storage
+from locality.spark.state import CommitRecord, Storage
 from locality.spark.state.durable import pin_pending_ranges
 from locality.spark.state.kafka_task import KafkaTaskInput, KafkaTaskOutput, decode_utf8
 from locality.spark.state.pinned_task import TASK_COLUMN
@@ -228,6 +232,20 @@ class KafkaQuery(QueryRuntime):
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
             ) from exc
 
+    @property
+    def group(self) -> str:
+        """The consumer group the query's committed offsets are shown under."""
+        return f"affinity-{self.config.job.name}-{self.config.job.id}"
+
+    def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
+        offsets = {_partition(name): end for name, end in commit.offsets.items()}
+        metadata = f"affinity batch {commit.batch}"
+        return [
+            ("consumer-group", lambda: commit_group_offsets(
+                self.client, self.group, offsets, metadata=metadata
+            )),
+        ]  # fmt: skip
+
     # ------------------------------------------------------------------ partitions
 
     def _layout(self, config: JobConfig) -> KafkaLayout:
@@ -273,6 +291,12 @@ def stateful_kafka_query(func: Callable[..., Any], **options: Any) -> KafkaQuery
     ``config`` (its inputs: the Kafka topics), ``key_columns`` (default ``("key",)``), and
     ``sink`` or ``output_topic``; see ``docs/spark.md`` ("Kafka")."""
     return KafkaQuery(func, **options)
+
+
+def _partition(name: str) -> KafkaPartition:
+    """``topic-3`` -> its :class:`KafkaPartition`."""
+    topic, _, number = name.rpartition("-")
+    return KafkaPartition(topic, int(number))
 
 
 def _kafka_topics(config: JobConfig) -> tuple[str, ...]:

@@ -310,6 +310,7 @@ class QueryRuntime:
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("prune", lambda: self._commit_log().prune(commit, begun.plan.start)),
             ("locality", lambda: self._write_locality(self.start(sc))),
+            *self.after_commit_steps(commit),
         ]
         for step, action in steps:
             try:
@@ -332,6 +333,10 @@ class QueryRuntime:
             failures += 1
             self._after_commit_failed("standby", commit.batch, exc)
         return failures, standby
+
+    def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
+        """A query's own steps after a commit (named): none here."""
+        return []
 
     def _after_commit_failed(self, step: str, batch: int, exc: Exception) -> None:
         AFTER_COMMIT_FAILURES.labels(step=step).inc()

@@ -24,7 +24,13 @@ from coordinator.config import JobConfig, load_config
 from coordinator.demo.kafka import KafkaBroker
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming.kafka_query import KafkaQuery, stateful_kafka_query
-from locality.spark.kafka import OffsetRange, end_offsets, read_range, write_records
+from locality.spark.kafka import (
+    OffsetRange,
+    end_offsets,
+    group_offsets,
+    read_range,
+    write_records,
+)
 from locality.spark.state import latest_commit
 
 pytestmark = pytest.mark.spark
@@ -162,6 +168,10 @@ def test_tasks_own_their_partitions_through_failures(
         first = run.batch()  # the cap: 700 of the 1,000 records
         assert (first.rows_in, first.tasks, first.pinned_ok, first.driver_rows) == (700, 4, 4, 0)
         assert run.batch().rows_in == 300  # the rest: the backlog is read under the cap
+        # the committed offsets are visible to Kafka's tools, under the job's consumer group
+        shown = group_offsets(kafka_broker.bootstrap_servers, run.query.group)
+        assert {str(p): o for p, o in shown.items()} == run.ends[1]
+        assert sum(run.ends[1].values()) == 1000
 
         # an executor killed while its task runs the batch
         produce(kafka_broker, topic, 1000, 400)

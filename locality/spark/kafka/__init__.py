@@ -23,8 +23,10 @@ from locality.spark.kafka.admin import (
     UnknownTopic,
     add_partitions,
     beginning_offsets,
+    commit_group_offsets,
     create_topic,
     end_offsets,
+    group_offsets,
     partition_counts,
 )
 from locality.spark.kafka.client import (
@@ -65,8 +67,10 @@ __all__ = [
     "add_partitions",
     "as_client_config",
     "beginning_offsets",
+    "commit_group_offsets",
     "create_topic",
     "end_offsets",
+    "group_offsets",
     "iter_range",
     "partition_counts",
     "plan_ranges",

@@ -23,8 +23,10 @@ __all__ = [
     "UnknownTopic",
     "add_partitions",
     "beginning_offsets",
+    "commit_group_offsets",
     "create_topic",
     "end_offsets",
+    "group_offsets",
     "partition_counts",
 ]
 
@@ -143,3 +145,56 @@ def beginning_offsets(
     deletes records)."""
     earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
     return _offsets(client, topics, earliest, IsolationLevel.READ_UNCOMMITTED, timeout_s)
+
+
+def commit_group_offsets(
+    client: KafkaClientConfig | str,
+    group: str,
+    offsets: Mapping[KafkaPartition, int],
+    *,
+    metadata: str = "",
+    timeout_s: float = 30.0,
+) -> None:
+    """Set consumer group ``group``'s committed offset of each partition (the next offset to
+    read), as a consumer's commit would, so Kafka's tools (``kafka-consumer-groups
+    --describe``, lag exporters) see it. The group must have no live member (affinity's group
+    has none: it commits offsets only)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    if not offsets:
+        return
+    partitions = [
+        TopicPartition(p.topic, p.partition, int(o), metadata=metadata)
+        for p, o in sorted(offsets.items())
+    ]
+    admin = AdminClient(as_client_config(client).admin())
+    futures = admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout_s
+    )
+    for future in futures.values():
+        result = _result(future, f"committing offsets of consumer group {group}", timeout_s)
+        failed = [tp for tp in result.topic_partitions if tp.error is not None]
+        if failed:
+            raise KafkaAdminError(
+                f"committing offsets of consumer group {group}: {failed[0].topic}-"
+                f"{failed[0].partition}: {failed[0].error}"
+            )
+
+
+def group_offsets(
+    client: KafkaClientConfig | str, group: str, *, timeout_s: float = 30.0
+) -> dict[KafkaPartition, int]:
+    """Consumer group ``group``'s committed offsets (partitions without one left out)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = AdminClient(as_client_config(client).admin())
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
+    )
+    found: dict[KafkaPartition, int] = {}
+    for future in futures.values():
+        result = _result(future, f"reading offsets of consumer group {group}", timeout_s)
+        for tp in result.topic_partitions:
+            if tp.offset >= 0:
+                found[KafkaPartition(tp.topic, tp.partition)] = int(tp.offset)
+    return found
