@@ -14,6 +14,8 @@ from kazoo.client import KazooClient
 from polling import wait_for
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.member.executors import ExecutorRegistrar
+from locality.spark import SparkExecutor
 from metadata.zk import ZkMetadataStore
 
 pytestmark = pytest.mark.zk
@@ -206,3 +208,19 @@ def test_a_read_reads_only_the_registrations_new_since_the_last(zk_store: ZkMeta
     reads = zk_store.reads
     assert set(zk_store.processors.locality()) == {"p-1", "p-2", "p-3"}
     assert zk_store.reads - reads == 1 + 1
+
+
+def test_an_executor_at_a_location_breaking_the_id_rule_is_not_registered(
+    zk_store: ZkMetadataStore,
+) -> None:
+    executors = [SparkExecutor("1", "host-1"), SparkExecutor("2", "host-2")]
+    locations = {"1": "zone-a/host-1", "2": "zone-e\nfake"}
+    registrar = ExecutorRegistrar(
+        zk_store, lambda: executors, "app", location_of=lambda e: locations[e.executor_id]
+    )
+    try:
+        step = registrar.sync()
+        assert step.added == (registrar.processor_id("1"),)
+        assert zk_store.processors.locality() == {registrar.processor_id("1"): "zone-a/host-1"}
+    finally:
+        registrar.close()
