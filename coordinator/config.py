@@ -12,7 +12,8 @@ The keys of DESIGN.md ("Command line") are the contract::
 Every key can also come from the environment, so a pod can be configured from a ConfigMap or a
 Secret: ``AFFINITY_<SECTION>__<KEY>`` (e.g. ``AFFINITY_COORDINATOR__DEBOUNCE_MS=500``) and the
 short names in :data:`ENV_ALIASES` (e.g. ``AFFINITY_ZK_CONNECT``). The environment wins over the
-file. A bad value raises :class:`ConfigError` naming the key, e.g.
+file. An unknown ``AFFINITY_*`` variable, or two variables for one key, is an error
+(:mod:`coordinator.config_env`). A bad value raises :class:`ConfigError` naming the key, e.g.
 ``coordinator.debounce_ms: Input should be greater than or equal to 0 (got -5)``
 (:mod:`coordinator.config_errors`: never a credential).
 """
@@ -44,6 +45,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from coordinator.config_env import check_environment
 from coordinator.config_errors import (
     MAX_ECHO_CHARS,
     STORE_LIMIT,
@@ -341,6 +343,13 @@ class JobConfig(BaseSettings):
         raise PydanticCustomError(STORE_LIMIT, message)
 
 
+#: Each section of the job config -> its keys (what ``AFFINITY_<SECTION>__<KEY>`` may name).
+_SECTION_KEYS: dict[str, list[str]] = {
+    name: list(getattr(field.annotation, "model_fields", {}))
+    for name, field in JobConfig.model_fields.items()
+}
+
+
 def load_config(
     path: str | Path | None = None,
     *,
@@ -352,6 +361,7 @@ def load_config(
     file_data = read_config_file(path) if path is not None else dict(data or {})
     env = dict(os.environ if environ is None else environ)
     secrets = secrets_given(file_data, env)
+    check_environment(env, _SECTION_KEYS, ENV_ALIASES)
     token = _SOURCES.set((file_data, env))
     try:
         return JobConfig()  # type: ignore[call-arg]  # fields come from the sources

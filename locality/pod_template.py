@@ -33,6 +33,9 @@ volume that honours it). ``kind="none"`` mounts nothing (mount a local Persisten
 ``local_dir`` through Spark's ``spark.kubernetes.executor.volumes.persistentVolumeClaim.*``
 settings, see ``docs/spark.md``) but keeps the user and ``fsGroup``, which local volumes honour.
 
+Every name the API server checks (container, ServiceAccount, labels, image, the node folder:
+:mod:`locality.kubernetes_names`) is checked here, a ValueError naming it.
+
 May import ``metadata.model`` only; never ``groupers`` or ``coordinator``.
 """
 
@@ -42,6 +45,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from locality.kubernetes_names import (
+    container_name_problem,
+    host_path_problem,
+    image_problem,
+    label_problem,
+    service_account_problem,
+)
 
 __all__ = [
     "DEFAULT_CONTAINER_NAME",
@@ -114,9 +125,12 @@ class StateVolume:
     init_image: str | None = DEFAULT_INIT_IMAGE  # None: the directory is prepared otherwise
 
     def __post_init__(self) -> None:
-        for what, path in (("state.local_dir", self.local_dir), ("host path", self.host_path)):
-            if not path.startswith("/") or path.rstrip("/") == "":
-                raise ValueError(f"{what} must be an absolute path below /, got {path!r}")
+        local = self.local_dir
+        if not local.startswith("/") or local.rstrip("/") == "" or not local.isprintable():
+            raise ValueError(f"state.local_dir must be an absolute path below /, got {local!r}")
+        problem = host_path_problem("host path", self.host_path)
+        if problem is not None:
+            raise ValueError(problem)
         if self.kind not in STATE_VOLUME_KINDS:
             raise ValueError(
                 f"state volume must be one of {', '.join(STATE_VOLUME_KINDS)}, got {self.kind!r}"
@@ -130,6 +144,9 @@ class StateVolume:
             raise ValueError(
                 "the init container's image must not be empty (None: no init container)"
             )
+        problem = image_problem(self.init_image) if self.init_image is not None else None
+        if problem is not None:
+            raise ValueError(f"the init container's {problem}")
 
     def security_context(self) -> dict[str, Any]:
         return {
@@ -172,7 +189,8 @@ class StateVolume:
 
 
 def _last_component(location_id: str) -> str:
-    return location_id.strip().strip("/").rsplit("/", 1)[-1]
+    """The node of ``zone/node`` (empty for ``zone-a/``: no node named ``zone-a``)."""
+    return location_id.rsplit("/", 1)[-1]
 
 
 def node_weights(
@@ -240,6 +258,7 @@ def executor_pod_template(
     nodes when the zone is looked up). ``name`` is a placeholder (Spark names each executor pod
     itself); tools that list manifests want one.
     """
+    _check_names(container_name, service_account, labels or {})
     weights = node_weights(task_locality, node_of=node_of)
     container: dict[str, Any] = {"name": container_name}
     spec: dict[str, Any] = {"containers": [container]}
@@ -277,6 +296,17 @@ def executor_pod_template(
         "annotations": annotations,
     }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _check_names(container: str, account: str | None, labels: Mapping[str, str]) -> None:
+    """ValueError naming the first value the API server would refuse."""
+    problems = [container_name_problem(container)]
+    if account:
+        problems.append(service_account_problem(account))
+    problems += [label_problem(key, value) for key, value in labels.items()]
+    for problem in problems:
+        if problem is not None:
+            raise ValueError(problem)
 
 
 def pod_template_yaml(task_locality: Mapping[str, str], **options: Any) -> str:

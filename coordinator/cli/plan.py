@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from coordinator.cli.common import CommandError
 from groupers import GrouperError, GrouperMetadata, get_grouper, validate
 from groupers.measures import tasks_kept_local, tasks_moved, tasks_with_locality
 from metadata.errors import JobModelFormatError
+from metadata.ids import location_id_problem, processor_id_problem
 from metadata.model import FrozenMap, JobModel, TaskModel
 from metadata.serde import dump_job_model, task_from_dict
 
@@ -57,16 +58,18 @@ def _string_map(document: Mapping[str, Any], key: str) -> dict[str, str]:
     return dict(value)
 
 
-def _id_map(document: Mapping[str, Any], key: str, values: str) -> dict[str, str]:
-    """An object of strings whose keys and values are ids (``values``: what a value is, in
-    errors): none empty, none with control characters, as the metadata store requires."""
+def _id_map(
+    document: Mapping[str, Any], key: str, values: Callable[[object], str | None]
+) -> dict[str, str]:
+    """An object of strings whose keys are ids (none empty, none with control characters) and
+    whose values pass ``values`` (the metadata store's rule, :mod:`metadata.ids`)."""
     mapping = _string_map(document, key)
     for k, v in mapping.items():
         if not k or not k.isprintable():
             raise SnapshotError(f"{key}: {k!r} is not a usable id (empty or not printable)")
-        if not v or not v.isprintable():
-            what = "empty" if not v else "not printable"
-            raise SnapshotError(f"{key}.{k}: {values} {v!r} is {what}")
+        problem = values(v)
+        if problem is not None:
+            raise SnapshotError(f"{key}.{k}: {problem}")
     return mapping
 
 
@@ -135,10 +138,10 @@ def load_snapshot(text: str) -> Snapshot:
         raise SnapshotError(f"version: expected a whole number >= 0, got {version!r}")
     try:
         metadata = GrouperMetadata(
-            processor_locality=_id_map(document, "processor_locality", "location id"),
-            task_locality=_id_map(document, "task_locality", "location id"),
+            processor_locality=_id_map(document, "processor_locality", location_id_problem),
+            task_locality=_id_map(document, "task_locality", location_id_problem),
             previous_task_to_processor=_id_map(
-                document, "previous_task_to_processor", "processor id"
+                document, "previous_task_to_processor", processor_id_problem
             ),
             processor_capacity=_count_map(document, "processor_capacity"),
             task_state=_task_state(document),

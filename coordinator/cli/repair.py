@@ -29,7 +29,7 @@ from coordinator.protocol.repair import Kind, Step, plan_repair
 from coordinator.status.damage import find_damage
 from metadata.zk import ZkMetadataStore
 
-__all__ = ["add_commands", "run_repair"]
+__all__ = ["add_commands", "apply_step", "run_repair"]
 
 #: Reads give up after this long when ZooKeeper does not answer.
 READ_DEADLINE_S = 10.0
@@ -48,11 +48,16 @@ def add_commands(subparsers: Any) -> None:
     repair.set_defaults(handler=run_repair)
 
 
-def _remove(store: ZkMetadataStore, step: Step) -> bool:
+def apply_step(store: ZkMetadataStore, step: Step) -> bool:
     """Carry out a removal; False if the node changed or went since it was read."""
     finding = step.finding
     what = f"repair: remove {finding.node}"
-    if not store.remove_unusable(finding.node, zversion=finding.zversion, what=what):
+    unchanged = {}  # the chunk that failed to read, as it was then (rewritten: left)
+    if finding.unreadable not in ("", finding.node) and finding.unreadable_zversion >= 0:
+        unchanged[finding.unreadable] = finding.unreadable_zversion
+    if not store.remove_unusable(
+        finding.node, zversion=finding.zversion, what=what, unchanged=unchanged
+    ):
         return False
     if finding.kind is Kind.VERSION and finding.version is not None:  # and its barrier
         barrier = store.layout.barrier(finding.version)
@@ -81,7 +86,7 @@ def run_repair(args: argparse.Namespace) -> int:
         damage = find_damage(store)
         steps = plan_repair(damage.findings, pointer=damage.pointer, states=damage.states)
         done: list[bool | None] = [
-            (_remove(store, step) if step.remove else False) if args.apply else None
+            (apply_step(store, step) if step.remove else False) if args.apply else None
             for step in steps
         ]
     if args.json:

@@ -37,6 +37,7 @@ from coordinator.member.processor import ProcessorClient
 from coordinator.observability import CoordinatorMetrics, HealthServer, configure_logging
 from coordinator.status.page import status_routes
 from locality.providers import get_location_provider
+from metadata.ids import location_id_problem, processor_id_problem
 from metadata.model import TaskModel
 
 __all__ = ["add_commands"]
@@ -181,6 +182,9 @@ def run_processor(args: argparse.Namespace) -> int:
     location = args.location
     if location is None:
         location = get_location_provider(args.location_provider).location_id()
+    for problem in (processor_id_problem(args.processor_id), location_id_problem(location)):
+        if problem is not None:
+            raise CommandError(problem)
     stop = stop_on_signals()
     catch_up_s = _non_negative_ms(args.standby_catch_up_ms, "--standby-catch-up-ms") / 1000
     status = Path(args.status_file) if args.status_file else None

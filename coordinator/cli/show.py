@@ -26,6 +26,7 @@ from typing import Any
 
 from coordinator.cli.common import CommandError, existing_job_store, quiet_logging
 from coordinator.config import JobConfig, load_config
+from coordinator.escaping import terminal_text
 from metadata.serde import dump_job_model
 from metadata.zk import NotFound, ZkMetadataStore
 
@@ -144,7 +145,7 @@ def _show_job_model(args: argparse.Namespace, config: JobConfig, store: ZkMetada
             f"  {pid.ljust(width)}  {container.location_id or '-'}  "
             f"{_tasks(len(container.tasks))}{names}{kept}"
         )
-    print("\n".join(lines))
+    print("\n".join(map(terminal_text, lines)))
     return 0
 
 
@@ -183,7 +184,7 @@ def _show_locality(args: argparse.Namespace, config: JobConfig, store: ZkMetadat
             f"  {pid.ljust(width)}  {_tasks(len(names))}: {_names(names)}"
             for pid, names in sorted(standbys.items(), key=lambda item: _natural_key(item[0]))
         ]
-    print("\n".join(lines))
+    print("\n".join(map(terminal_text, lines)))
     return 0
 
 

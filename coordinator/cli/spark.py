@@ -7,8 +7,10 @@ state is there (the job's task locality in ZooKeeper), the node's identity for t
 (``AFFINITY_NODE_NAME`` from the Downward API, ``AFFINITY_ZONE_LOOKUP``), and the job's
 ``state.local_dir`` mounted from the node (``hostPath``, ``DirectoryOrCreate``, handed to the
 executor's user by an init container), so a replacement executor on a node opens the state its
-predecessor left there. Exit code 2 for a bad config or option (``state.local_dir`` unset), 1
-when ZooKeeper cannot be read.
+predecessor left there. Exit code 2 for a bad config or option (``state.local_dir`` unset, a
+name the API server would refuse, no such job, an ``--output`` that cannot be written), 1 when
+ZooKeeper cannot be read. A task locality entry that breaks the id rule is skipped with a
+warning.
 
 ``jar`` prints the path of affinity's Spark jar (the pinned shuffle's JVM classes, for
 ``spark.jars``), building it with ``javac`` first when it is missing; exit code 2 when it cannot
@@ -22,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli.common import CommandError, job_store, quiet_logging
+from coordinator.cli.common import CommandError, existing_job_store, quiet_logging
 from coordinator.config import load_config
 from locality.pod_template import (
     DEFAULT_CONTAINER_NAME,
@@ -35,6 +37,7 @@ from locality.pod_template import (
     pod_template_yaml,
 )
 from locality.spark.jvm import JvmClassesMissing, spark_jar
+from metadata.errors import CorruptDataError
 
 __all__ = ["add_commands"]
 
@@ -71,25 +74,36 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
+def _skip(problem: CorruptDataError) -> None:
+    print(f"affinity: warning: skipped {problem}", file=sys.stderr)
+
+
 def run_pod_template(args: argparse.Namespace) -> int:
     quiet_logging()  # stdout is the template
     config = load_config(args.config)
     labels = _labels(args.label)
     state = _state_volume(args, config.state.local_dir)
-    with job_store(config) as store:
-        locality = store.locality.read()
-    text = pod_template_yaml(
-        locality,
-        container_name=args.container_name,
-        labels=labels,
-        identity=NodeIdentity(zone_lookup=args.zone_lookup),
-        state=state,
-        service_account=args.service_account or None,
-    )
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
+    options: dict[str, Any] = {
+        "container_name": args.container_name,
+        "labels": labels,
+        "identity": NodeIdentity(zone_lookup=args.zone_lookup),
+        "state": state,
+        "service_account": args.service_account or None,
+    }
+    try:
+        pod_template_yaml({}, **options)  # the names, before reading ZooKeeper
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    with existing_job_store(config) as store:
+        locality = store.locality.read(on_corrupt=_skip)
+    text = pod_template_yaml(locality, **options)
+    if not args.output:
         sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.output).write_text(text)
+    except OSError as exc:
+        raise CommandError(f"cannot write --output {args.output}: {exc.strerror}") from None
     return 0
 
 

@@ -22,12 +22,12 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
 from coordinator.cli.common import CommandError, existing_job_store, quiet_logging
 from coordinator.config import load_config
+from coordinator.escaping import rich_text
 from coordinator.status import JobStatusReader
 
 __all__ = ["add_commands", "render", "show_status"]
@@ -76,8 +76,9 @@ def _summary(document: dict[str, Any]) -> str:
     job, leader, version = document["job"], document["leader"], document["version"]
     replicas = leader["replicas"]
     lines = [
-        f"[bold]job {job['name']}-{job['id']}[/] at {job['folder']}, run {job['run_id']}",
-        f"leader: [bold]{leader['replica'] or 'none'}[/] "
+        f"[bold]job {rich_text(job['name'])}-{rich_text(job['id'])}[/] at "
+        f"{rich_text(job['folder'])}, run {rich_text(job['run_id'])}",
+        f"leader: [bold]{rich_text(leader['replica'] or 'none')}[/] "
         f"({len(replicas)} replica{'s' if len(replicas) != 1 else ''} in the election)",
         f"version in force: [bold]{version['in_force'] or '-'}[/] "
         f"(latest {version['latest'] or '-'})",
@@ -91,7 +92,7 @@ def _summary(document: dict[str, Any]) -> str:
             f"{len(barrier['expected'])} joined"
         )
         if barrier["state"] == "NEW" and waiting:
-            line += f", waiting for {', '.join(waiting)}"
+            line += f", waiting for {', '.join(map(rich_text, waiting))}"
         lines.append(line)
     processors = document["processors"]
     live = sum(1 for p in processors if p["live"])
@@ -105,11 +106,11 @@ def _tree(document: dict[str, Any]) -> Tree:
 
     def add(branch: Tree, node: dict[str, Any]) -> None:
         for child in node["children"]:
-            sub = branch.add(f"{child['name']}  [dim]{child['tasks']} tasks[/]")
+            sub = branch.add(f"{rich_text(child['name'])}  [dim]{child['tasks']} tasks[/]")
             for pid in child["processors"]:
                 processor = by_id[pid]
                 gone = "" if processor["live"] else "  [red]gone[/]"
-                sub.add(f"[bold]{pid}[/]  {processor['tasks']} tasks{gone}")
+                sub.add(f"[bold]{rich_text(pid)}[/]  {processor['tasks']} tasks{gone}")
             add(sub, child)
 
     add(tree, document["locations"])
@@ -125,11 +126,12 @@ def _rebalances(document: dict[str, Any]) -> Table:
     for entry in reversed(document["rebalances"]):
         decided = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["decided_at"]))
         kept = f"{entry['kept_local']}/{entry['with_locality']}" if entry["with_locality"] else "-"
-        outcome = entry["outcome"] if entry["outcome"] == "DONE" else f"[red]{entry['outcome']}[/]"
+        outcome = rich_text(entry["outcome"])
+        outcome = outcome if outcome == "DONE" else f"[red]{outcome}[/]"
         table.add_row(
             str(entry["version"]),
             decided,
-            entry["trigger"],
+            rich_text(entry["trigger"]),
             outcome,
             str(entry["moved"]),
             kept,
@@ -142,7 +144,7 @@ def _notes(document: dict[str, Any]) -> str:
     """What the history says besides its table (e.g. a model in force that could not be read
     and what the leader fell back to), newest first."""
     return "\n".join(
-        f"[bold]v{entry['version']}[/] {escape(entry['trigger'])}: {escape(entry['note'])}"
+        f"[bold]v{entry['version']}[/] {rich_text(entry['trigger'])}: {rich_text(entry['note'])}"
         for entry in reversed(document["rebalances"])
         if entry.get("note")
     )

@@ -153,8 +153,8 @@ def _batches(result: DemoResult) -> Table:
     columns = ("batch", "phase", "affinity warm", "loaded B", "s", "spark warm", "loaded B", "s")
     for column in columns:
         batches.add_column(column, justify="left" if column == "phase" else "right")
-    for fa, fd in zip(
-        result.batches["affinity"], result.batches["spark state store"], strict=False
+    for fa, fd in zip(  # one row per demo batch and way (spark_demo.step_figures)
+        result.batches["affinity"], result.batches["spark state store"], strict=True
     ):
         batches.add_row(
             str(fa.batch),

@@ -7,7 +7,13 @@ on loopback, as daemons (each in a session of its own) that outlive the command.
   hosts and the process group of every Spark daemon (:class:`DevEnvironment`);
 - ``job.yaml``: a job config for ``stateful_foreach_batch`` on them (one input of 4 virtual
   tasks, state under ``state/``, logging at warning);
-- the daemons' work directories and logs (``zookeeper/``, ``spark/``).
+- the daemons' work directories and logs (``zookeeper/``, ``spark/``);
+- ``up.lock``: held while ``dev up`` starts, so a second ``dev up`` there is refused.
+
+A state file is trusted only if it names its own directory (a copied project's state file names
+the original's: refused, nothing stopped nor removed). ``dev up`` over a dead environment keeps
+the directory (a query's ``checkpoint/``, ZooKeeper's data); SIGTERM while it starts stops what
+it started, as SIGINT does.
 
 ``dev down`` stops every process the state file names (SIGTERM, then SIGKILL; a process whose
 command line does not name the directory is not ours and is left alone) and removes the
@@ -17,10 +23,14 @@ directory (``keep=True`` keeps it). Everything binds to 127.0.0.0/8.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +50,7 @@ __all__ = ["DEFAULT_DIR", "DevEnvironment", "DevError", "dev_down", "dev_up"]
 DEFAULT_DIR = Path(".affinity-dev")
 STATE_FILE = "state.json"
 CONFIG_FILE = "job.yaml"
+LOCK_FILE = "up.lock"
 WORKER_HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 REGISTERED = "Successfully registered with master"
 
@@ -62,7 +73,8 @@ class DevEnvironment:
 
     @classmethod
     def load(cls, directory: str | Path = DEFAULT_DIR) -> DevEnvironment:
-        """The environment ``affinity dev up`` started in ``directory``."""
+        """The environment ``affinity dev up`` started in ``directory`` (DevError if there is
+        none, or if the state file is not one ``dev up`` wrote for this very directory)."""
         path = Path(directory) / STATE_FILE
         try:
             data = json.loads(path.read_text())
@@ -71,16 +83,22 @@ class DevEnvironment:
                 f"no dev environment in {directory}: run `affinity dev up` first"
             ) from None
         except (OSError, ValueError) as exc:
-            raise DevError(f"{path} is unreadable ({exc}): run `affinity dev down`") from None
-        return cls(
-            directory=str(data["directory"]),
-            zookeeper=str(data["zookeeper"]),
-            zookeeper_pid=int(data["zookeeper_pid"]),
-            master_url=data.get("master_url"),
-            workers=tuple(data.get("workers", ())),
-            spark_groups=tuple(int(g) for g in data.get("spark_groups", ())),
-            config_path=str(data["config_path"]),
-        )
+            raise DevError(f"{path} is unreadable ({exc}): remove {directory} by hand") from None
+        try:
+            env = _from_state(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            problem = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise DevError(
+                f"{path} is not a state file of `affinity dev up` ({problem}): nothing stopped "
+                f"nor removed; stop its daemons and remove {directory} by hand"
+            ) from None
+        here = Path(directory).resolve()
+        if Path(env.directory) != here or Path(env.config_path).parent != here:
+            raise DevError(
+                f"{path} names another directory, {env.directory} (a copied or moved "
+                f"directory?): nothing stopped nor removed; remove {directory} by hand"
+            )
+        return env
 
     def save(self) -> None:
         path = Path(self.directory) / STATE_FILE
@@ -105,6 +123,45 @@ class DevEnvironment:
         for group in self.spark_groups:
             alive[f"spark-{group}"] = _ours(group, self.directory) and group_alive(group)
         return alive
+
+
+def _from_state(data: object) -> DevEnvironment:
+    """The environment a state file's JSON describes (KeyError, TypeError or ValueError naming
+    what is wrong)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON object expected, got {type(data).__name__}")
+    master = data.get("master_url")
+    if master is not None and not isinstance(master, str):
+        raise TypeError(f"master_url should be a string, got {master!r:.60}")
+    return DevEnvironment(
+        directory=_text(data, "directory"),
+        zookeeper=_text(data, "zookeeper"),
+        zookeeper_pid=_pid(data["zookeeper_pid"]),
+        master_url=master,
+        workers=tuple(_text({"worker": w}, "worker") for w in _list(data, "workers")),
+        spark_groups=tuple(_pid(g) for g in _list(data, "spark_groups")),
+        config_path=_text(data, "config_path"),
+    )
+
+
+def _text(data: dict[str, Any], key: str) -> str:
+    value = data[key]
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{key} should be a non-empty string, got {value!r:.60}")
+    return value
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise TypeError(f"{key} should be a list, got {value!r:.60}")
+    return value
+
+
+def _pid(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"a process id should be a whole number >= 0, got {value!r:.60}")
+    return value
 
 
 def _ours(pid: int, directory: str) -> bool:
@@ -135,23 +192,34 @@ def job_config_data(zookeeper: str, directory: Path) -> dict[str, Any]:
 
 def dev_up(directory: str | Path = DEFAULT_DIR, workers: int = 2) -> DevEnvironment:
     """Start ZooKeeper and (``workers`` > 0) a Spark master with ``workers`` workers, as daemons;
-    write the state file and the job config. Refuses if an environment is up there."""
+    write the state file and the job config. Refuses if an environment is up there, or another
+    ``dev up`` is starting there. Over a dead environment, the directory is kept (its
+    ``checkpoint/``, state and ZooKeeper data): only the daemons and the state file are new."""
     if not 0 <= workers <= len(WORKER_HOSTS):
         raise DevError(f"--workers must be between 0 and {len(WORKER_HOSTS)}, got {workers}")
     root = Path(directory).resolve()
-    if (root / STATE_FILE).exists():
-        running = DevEnvironment.load(root).processes()
-        if any(running.values()):
-            raise DevError(f"a dev environment is already up in {directory}: `affinity dev down`")
-        shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)
+    with _only_one_up(root, directory), _sigterm_interrupts():
+        if (root / STATE_FILE).exists():
+            running = DevEnvironment.load(root).processes()
+            if any(running.values()):
+                raise DevError(
+                    f"a dev environment is already up in {directory}: `affinity dev down`"
+                )
+            (root / STATE_FILE).unlink()
+        env = _start(root, WORKER_HOSTS[:workers])
+        env.save()
+    return env
+
+
+def _start(root: Path, hosts: tuple[str, ...]) -> DevEnvironment:
+    """Start the daemons in ``root``; stop those started if anything fails or interrupts."""
     zookeeper = EmbeddedZooKeeper(root / "zookeeper", detach=True)
     cluster: StandaloneCluster | None = None
     try:
         zookeeper.start()
-        hosts = WORKER_HOSTS[:workers]
         if hosts:
-            cluster = StandaloneCluster(root / "spark", hosts, stop_at_exit=False).start()
+            cluster = StandaloneCluster(root / "spark", hosts, stop_at_exit=False)
+            cluster.start()  # (assigned first: an interrupted start is stopped too)
             _wait_registered(root / "spark", hosts, cluster.startup_timeout_s)
     except BaseException:
         zookeeper.stop()
@@ -160,7 +228,7 @@ def dev_up(directory: str | Path = DEFAULT_DIR, workers: int = 2) -> DevEnvironm
         raise
     config_path = root / CONFIG_FILE
     config_path.write_text(yaml.safe_dump(job_config_data(zookeeper.hosts, root), sort_keys=False))
-    env = DevEnvironment(
+    return DevEnvironment(
         directory=str(root),
         zookeeper=zookeeper.hosts,
         zookeeper_pid=zookeeper.pid or 0,
@@ -169,8 +237,39 @@ def dev_up(directory: str | Path = DEFAULT_DIR, workers: int = 2) -> DevEnvironm
         spark_groups=tuple(cluster.process_groups) if cluster else (),
         config_path=str(config_path),
     )
-    env.save()
-    return env
+
+
+@contextlib.contextmanager
+def _only_one_up(root: Path, directory: str | Path) -> Iterator[None]:
+    """Hold ``root``'s start lock (DevError if another ``dev up`` holds it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / LOCK_FILE).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DevError(
+                f"another `affinity dev up` is starting in {directory}: wait for it to finish, "
+                "then `affinity dev status`"
+            ) from None
+        yield
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt meanwhile (as SIGINT does), so a ``dev up`` stopped
+    while its daemons start stops them instead of leaving them orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _wait_registered(workdir: Path, hosts: tuple[str, ...], timeout_s: float) -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from locality.spark import ProbedLocations, SparkExecutor, SparkExecutors, executor_host_location
 from locality.spark.locations import ExecutorLocations
+from metadata.ids import location_id_problem
 from metadata.zk import ZkMetadataStore
 
 if TYPE_CHECKING:
@@ -211,8 +212,17 @@ class ExecutorRegistrar:
         if not executors:
             return {}
         if isinstance(self.location_of, ExecutorLocations):
-            return self.location_of.locate(executors)
-        return {e.executor_id: self.location_of(e) for e in executors}
+            found = self.location_of.locate(executors)
+        else:
+            found = {e.executor_id: self.location_of(e) for e in executors}
+        usable = {}
+        for executor_id, location in found.items():
+            problem = location_id_problem(location)
+            if problem is None:
+                usable[executor_id] = location
+            else:  # not registered (it would take tasks it cannot record the locality of)
+                log.warning("executor %s not registered: %s", executor_id, problem)
+        return usable
 
     def _register(self, executor: SparkExecutor, location: str) -> Registration:
         pid = self.processor_id(executor.executor_id)

@@ -56,8 +56,9 @@ class Kind(StrEnum):
 @dataclass(frozen=True)
 class Finding:
     """An unusable node: ``node`` is what a repair removes (a version's folder, a barrier),
-    ``unreadable`` the node that failed to read (a chunk), ``zversion`` the znode version of
-    ``node`` when it was read (a removal is conditional on it)."""
+    ``unreadable`` the node that failed to read (a chunk), ``zversion`` and
+    ``unreadable_zversion`` their znode versions when they were read (a removal is conditional
+    on both: a chunk rewritten meanwhile, readable now, keeps its version)."""
 
     kind: Kind
     node: str
@@ -65,6 +66,7 @@ class Finding:
     zversion: int = -1
     version: int | None = None  # the job-model version it belongs to
     unreadable: str = ""
+    unreadable_zversion: int = -1
 
 
 @dataclass(frozen=True)

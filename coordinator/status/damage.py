@@ -34,6 +34,23 @@ def _zversion(store: ZkMetadataStore, path: str) -> int:
     return -1 if found is None else found[1]
 
 
+def _found(
+    store: ZkMetadataStore, kind: Kind, node: str, exc: CorruptDataError, version: int
+) -> Finding:
+    """The finding of ``node``, unusable because ``exc.path`` (it, or a node below it: a
+    chunk) failed to read, with the znode versions of both."""
+    unreadable = exc.path if exc.path != node else ""
+    return Finding(
+        kind,
+        node,
+        exc.problem,
+        _zversion(store, node),
+        version,
+        exc.path,
+        _zversion(store, unreadable) if unreadable else -1,
+    )
+
+
 def _pointer(store: ZkMetadataStore, findings: list[Finding]) -> int | None:
     path = store.layout.job_model_version
     try:
@@ -59,8 +76,7 @@ def _versions(store: ZkMetadataStore, findings: list[Finding]) -> None:
             continue  # not committed: a publish in progress (or its leftover, the leader's)
         except CorruptDataError as exc:
             node = store.layout.job_model(version)
-            zversion = _zversion(store, node)
-            findings.append(Finding(Kind.VERSION, node, exc.problem, zversion, version, exc.path))
+            findings.append(_found(store, Kind.VERSION, node, exc, version))
 
 
 def _barriers(store: ZkMetadataStore, findings: list[Finding]) -> dict[int, BarrierState | None]:
@@ -71,8 +87,7 @@ def _barriers(store: ZkMetadataStore, findings: list[Finding]) -> dict[int, Barr
         except CorruptDataError as exc:
             states[version] = None
             node = store.layout.barrier(version)
-            zversion = _zversion(store, node)
-            findings.append(Finding(Kind.BARRIER, node, exc.problem, zversion, version, exc.path))
+            findings.append(_found(store, Kind.BARRIER, node, exc, version))
     return states
 
 

@@ -29,6 +29,7 @@ from kazoo.exceptions import KazooException
 
 from coordinator.config import JobConfig
 from coordinator.protocol.rules import model_in_force
+from metadata.ids import location_id_problem
 from metadata.model import JobModel
 from metadata.zk import ZkMetadataStore
 
@@ -156,6 +157,8 @@ def _processors(live: Mapping[str, str], model: JobModel | None) -> list[dict[st
     for pid in sorted(set(live) | set(containers)):
         container = containers.get(pid)
         location = live.get(pid) or (container.location_id if container else None)
+        if location_id_problem(location) is not None:
+            location = None  # (a model written before the rule: shown as no location)
         rows.append(
             {
                 "id": pid,

@@ -25,6 +25,7 @@ import structlog
 from kazoo.exceptions import KazooException
 
 from coordinator.config import JobConfig
+from coordinator.escaping import script_json
 from coordinator.status.assets import PAGE
 from coordinator.status.data import JobStatusReader
 from metadata.errors import MetadataError
@@ -40,10 +41,9 @@ _JSON = "application/json"
 
 
 def render_page(document: dict[str, Any]) -> bytes:
-    """The page with ``document`` drawn first (``</`` escaped so the JSON cannot end the
-    script element that holds it)."""
-    first = json.dumps(document, sort_keys=True).replace("</", "<\\/")
-    return PAGE.replace("__STATUS__", first).encode()
+    """The page with ``document`` drawn first (escaped by :func:`script_json`, so no id can end
+    or change the script element that holds it)."""
+    return PAGE.replace("__STATUS__", script_json(document)).encode()
 
 
 class StatusPage:

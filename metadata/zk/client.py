@@ -22,6 +22,7 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_acl, make_dig
 from metadata.zk.connection import lean_client
 from metadata.zk.errors import PermissionDenied, StoreUnavailable
 from metadata.zk.handler import PollingHandler
+from metadata.zk.layout import root_problem
 
 __all__ = [
     "ancestor_acl",
@@ -91,6 +92,9 @@ def check_hosts(hosts: str) -> None:
             raise ValueError(f"{where} {exc}") from None
     if chroot and (chroot.endswith("/") or "//" in chroot or any(c.isspace() for c in chroot)):
         raise ValueError("the chroot after '/' is not a path like /apps/affinity")
+    problem = root_problem(f"/{chroot}") if chroot else None
+    if problem is not None:  # every path of the job lies below it: the root's own rule
+        raise ValueError(f"the chroot /{chroot}: {problem}")
 
 
 def job_acl(auth: str) -> list[ACL]:

@@ -33,6 +33,7 @@ deprecated, through :data:`DEPRECATED_NAMES` (kept for external scripts).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -247,11 +248,15 @@ class ZkMetadataStore:
         found = self._ops.get(path, "read node")
         return None if found is None else (found[0], found[1].version)
 
-    def remove_unusable(self, path: str, *, zversion: int, what: str) -> bool:
+    def remove_unusable(
+        self, path: str, *, zversion: int, what: str, unchanged: Mapping[str, int] | None = None
+    ) -> bool:
         """Delete ``path`` of this job, with what is under it, in one transaction, if the node
-        is still at znode version ``zversion`` (as a reader found it unusable): an operator's
-        repair (``affinity repair --apply``). False if it changed or went meanwhile (nothing is
-        deleted then). Not fenced by the leader epoch: it removes only what no reader can use.
+        is still at znode version ``zversion`` and each node of ``unchanged`` (the node that
+        failed to read, e.g. a chunk below ``path``) still at its version, as a reader found
+        them unusable: an operator's repair (``affinity repair --apply``). False if any changed
+        or went meanwhile (nothing is deleted then). Not fenced by the leader epoch: it removes
+        only what no reader can use.
         """
         if path != self.layout.folder and not path.startswith(self.layout.folder + "/"):
             raise ValueError(f"{path} is not in the job's folder {self.layout.folder}")
@@ -262,10 +267,11 @@ class ZkMetadataStore:
                 below(f"{node}/{child}")
                 ops.append(Op("delete", f"{node}/{child}"))
 
+        guards = [Op("check", node, version=v) for node, v in sorted((unchanged or {}).items())]
         below(path)
         ops.append(Op("delete", path, version=zversion))
         try:
-            self._ops.commit(ops, what)
+            self._ops.commit([*guards, *ops], what)
         except TransactionRejected:
             return False
         self._ops.log.warning("zk.unusable_node_removed", node=path, nodes=len(ops))

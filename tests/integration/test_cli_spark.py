@@ -149,3 +149,71 @@ def test_bad_config_exits_2(tmp_path: Path) -> None:
     proc = _affinity("--config", str(config))
     assert proc.returncode == 2
     assert "coordinator.debounce_ms" in proc.stderr
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("affinity: error: ") and needle in line, line
+
+
+@pytest.mark.parametrize("where", ["missing/executor.yaml", "folder"])
+def test_an_output_that_cannot_be_written_is_one_line(
+    zk_server: ZooKeeperServer, job_with_locality: None, tmp_path: Path, where: str
+) -> None:
+    (tmp_path / "folder").mkdir()
+    config = _config(tmp_path, zk_server.hosts, "state: {local_dir: /var/lib/affinity-state}\n")
+    proc = _affinity("--config", str(config), "--output", str(tmp_path / where))
+    _one_line_error(proc, f"cannot write --output {tmp_path / where}")
+
+
+@pytest.mark.parametrize(
+    ("option", "needle"),
+    [
+        (("--container-name", "Bad_Name!"), "container name must be a DNS-1123 label"),
+        (("--service-account", "Not A Name"), "service account must be a DNS-1123 subdomain"),
+        (("--label", "bad key!=v"), "label key 'bad key!'"),
+        (("--label", "k=" + "v" * 100), "label value of 'k'"),
+        (("--state-init-image", "busybox 1.36"), "image must be a reference"),
+        (("--host-path", "/etc"), "must not be a system folder"),
+        (("--host-path", "/var/lib/../../etc"), "must be a normalized path"),
+        (("--host-path", "/data/x\nfake"), "must be printable"),
+    ],
+)
+def test_names_the_api_server_would_refuse_are_one_line(
+    zk_server: ZooKeeperServer, job_with_locality: None, tmp_path: Path, option: tuple[str, str],
+    needle: str,
+) -> None:  # fmt: skip
+    config = _config(tmp_path, zk_server.hosts, "state: {local_dir: /var/lib/affinity-state}\n")
+    _one_line_error(_affinity("--config", str(config), *option), needle)
+
+
+def test_a_job_name_with_a_typo_is_no_job(zk_server: ZooKeeperServer, tmp_path: Path) -> None:
+    config = _config(tmp_path, zk_server.hosts, "state: {local_dir: /var/lib/affinity-state}\n")
+    config.write_text(config.read_text().replace("name: clicks", "name: clikcs"))
+    _one_line_error(_affinity("--config", str(config)), "no job clikcs-1 on ZooKeeper")
+
+
+def test_a_location_breaking_the_id_rule_is_skipped_with_a_warning(
+    zk_server: ZooKeeperServer, job_with_locality: None, tmp_path: Path
+) -> None:
+    client = connect(zk_server.hosts)
+    try:
+        folder = "/affinity-podtemplate/clicks-1/localityData"
+        client.create(f"{folder}/Partition%2099", b"zone-a/")
+    finally:
+        client.stop()
+        client.close()
+    config = _config(tmp_path, zk_server.hosts, "state: {local_dir: /var/lib/affinity-state}\n")
+    try:
+        proc = _affinity("--config", str(config))
+        assert proc.returncode == 0, proc.stderr
+        assert "warning: skipped" in proc.stderr and "empty segment" in proc.stderr
+        text = proc.stdout
+        assert "zone-a\n" not in text and "- zone-a" not in text
+        assert "node-1" in text
+    finally:
+        client = connect(zk_server.hosts)
+        client.delete(f"{folder}/Partition%2099")
+        client.stop()
+        client.close()

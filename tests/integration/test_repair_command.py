@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from coordinator.cli.repair import apply_step
 from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.protocol.repair import Kind, plan_repair
+from coordinator.status.damage import find_damage
 from metadata.model import (
     BarrierState,
     ContainerModel,
@@ -198,3 +201,23 @@ def test_a_clean_job_has_nothing_to_repair(
     done = repair(config, "--apply")
     assert done.returncode == 0
     assert done.stdout == f"job clicks-1 at {root}/clicks-1: no unusable node found\n"
+
+
+def test_a_version_whose_chunk_became_readable_since_it_was_read_is_not_removed(
+    damaged: tuple[ZkMetadataStore, Path], zk_client: KazooClient
+) -> None:
+    store, _ = damaged
+    damage = find_damage(store)
+    steps = plan_repair(damage.findings, pointer=damage.pointer, states=damage.states)
+    [step] = [s for s in steps if s.finding.kind is Kind.VERSION and s.finding.version == 3]
+    assert step.remove and step.finding.unreadable.startswith(store.layout.job_model(3) + "/")
+    # Meanwhile the chunk is rewritten whole (readable again); its folder's znode is untouched.
+    clean = ZkMetadataStore(zk_client, f"{store.layout.folder}-clean", run_id="r1")
+    clean.ensure_layout()
+    clean.job_models.publish(model(3), epoch=clean.epochs.acquire(), participants=["p-1"])
+    chunk = step.finding.unreadable.rsplit("/", 1)[1]
+    zk_client.set(step.finding.unreadable, zk_client.get(f"{clean.layout.job_model(3)}/{chunk}")[0])
+    assert store.job_models.read(3) == model(3)
+
+    assert not apply_step(store, step)
+    assert store.job_models.read(3) == model(3)  # still there

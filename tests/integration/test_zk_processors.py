@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from kazoo.client import KazooClient
 from polling import wait_for
 
 from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.member.executors import ExecutorRegistrar
+from locality.spark import SparkExecutor
 from metadata.zk import ZkMetadataStore
 
 pytestmark = pytest.mark.zk
@@ -114,7 +117,27 @@ def test_unregister_and_stopped_watch(zk_store: ZkMetadataStore) -> None:
     ("data", "problem"),
     [
         (b"{not json", "not valid JSON"),
-        (json.dumps({"processor_id": "p-9"}).encode(), "location_id"),
+        (json.dumps({"processor_id": "p-9"}).encode(), "location id"),
+        (
+            json.dumps({"processor_id": "p-9", "location_id": "/".join(["z"] * 600)}).encode(),
+            "location id must be at most 1024 characters",
+        ),
+        (
+            json.dumps({"processor_id": "p-9", "location_id": "/".join(["z"] * 17)}).encode(),
+            "at most 16 '/'-separated segments",
+        ),
+        (
+            json.dumps({"processor_id": "p-\x1b[2J", "location_id": "zone-a"}).encode(),
+            "processor id must be printable",
+        ),
+        (
+            json.dumps({"processor_id": "p-9", "location_id": "zone-e\nfake"}).encode(),
+            "location id must be printable",
+        ),
+        (
+            json.dumps({"processor_id": "p" * 254, "location_id": "zone-a"}).encode(),
+            "processor id must be at most 253 characters",
+        ),
         (b"[1, 2]", "not a JSON object"),
         (
             json.dumps({"processor_id": "p-9", "location_id": "x", "capacity": 0}).encode(),
@@ -151,6 +174,27 @@ def test_a_malformed_registration_is_skipped_logged_with_its_node_and_listed(
     assert zk_store.processors.skipped == ()
 
 
+@pytest.mark.parametrize(
+    ("processor_id", "location_id", "problem"),
+    [
+        ("p-\x1b]0;title\x07", "zone-a", "processor id must be printable"),
+        ("p-1", "zone-e\nfake", "location id must be printable"),
+        ("p-1", "zone-\x07", "location id must be printable"),
+        ("p-1", "/".join(["z"] * 17), "at most 16 '/'-separated segments"),
+        ("p-1", "/".join(["z"] * 600), "at most 1024 characters"),
+        ("p-1", "zone-a/", "empty segment"),
+        ("p-1", "x" * 1025, "at most 1024 characters"),
+        ("", "zone-a", "processor id must be a non-empty string"),
+    ],
+)
+def test_a_registration_breaking_the_id_rule_is_refused(
+    zk_store: ZkMetadataStore, processor_id: str, location_id: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        zk_store.processors.register(processor_id, location_id)
+    assert zk_store.processors.read() == ([], [])
+
+
 def test_a_read_reads_only_the_registrations_new_since_the_last(zk_store: ZkMetadataStore) -> None:
     nodes = [zk_store.processors.register(f"p-{i}", f"zone-a/node-{i}") for i in range(3)]
     reads = zk_store.reads
@@ -164,3 +208,19 @@ def test_a_read_reads_only_the_registrations_new_since_the_last(zk_store: ZkMeta
     reads = zk_store.reads
     assert set(zk_store.processors.locality()) == {"p-1", "p-2", "p-3"}
     assert zk_store.reads - reads == 1 + 1
+
+
+def test_an_executor_at_a_location_breaking_the_id_rule_is_not_registered(
+    zk_store: ZkMetadataStore,
+) -> None:
+    executors = [SparkExecutor("1", "host-1"), SparkExecutor("2", "host-2")]
+    locations = {"1": "zone-a/host-1", "2": "zone-e\nfake"}
+    registrar = ExecutorRegistrar(
+        zk_store, lambda: executors, "app", location_of=lambda e: locations[e.executor_id]
+    )
+    try:
+        step = registrar.sync()
+        assert step.added == (registrar.processor_id("1"),)
+        assert zk_store.processors.locality() == {registrar.processor_id("1"): "zone-a/host-1"}
+    finally:
+        registrar.close()

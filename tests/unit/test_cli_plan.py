@@ -222,15 +222,16 @@ def test_plan_shows_standbys_and_reads_capacity_and_task_state(
     [
         (
             {"tasks": ["a"], "processor_locality": {"p-1": ""}},
-            "processor_locality.p-1: location id '' is empty",
+            "processor_locality.p-1: location id must be a non-empty string, got ''",
         ),
         (
             {"tasks": ["a"], "processor_locality": {"p-1": "h"}, "task_locality": {"a": ""}},
-            "task_locality.a: location id '' is empty",
+            "task_locality.a: location id must be a non-empty string, got ''",
         ),
         (
             {"tasks": ["a"], "processor_locality": {"p-1": "h\n"}},
-            "processor_locality.p-1: location id 'h\\n' is not printable",
+            "processor_locality.p-1: location id must be printable text (no control characters), "
+            "got 'h\\n'",
         ),
         (
             {"tasks": ["a"], "processor_locality": {"": "h"}},
@@ -242,7 +243,7 @@ def test_plan_shows_standbys_and_reads_capacity_and_task_state(
                 "processor_locality": {"p-1": "h"},
                 "previous_task_to_processor": {"a": ""},
             },
-            "previous_task_to_processor.a: processor id '' is empty",
+            "previous_task_to_processor.a: processor id must be a non-empty string, got ''",
         ),
     ],
     ids=["processor-location", "task-location", "control-character", "processor-id", "previous"],

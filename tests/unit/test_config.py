@@ -206,11 +206,6 @@ def test_env_json_for_a_list_field() -> None:
     assert config.stream_inputs() == [StreamInput("kafka", "e", 3)]
 
 
-def test_short_name_wins_over_nested_name() -> None:
-    environ = {"AFFINITY_ZK_CONNECT": "short:1", "AFFINITY_ZOOKEEPER__CONNECT": "nested:1"}
-    assert load_config(data=MINIMAL, environ=environ).zookeeper.connect == "short:1"
-
-
 @pytest.mark.parametrize(("env", "target"), sorted(ENV_ALIASES.items()))
 def test_every_documented_short_env_name_works(env: str, target: tuple[str, str]) -> None:
     values = {
@@ -364,6 +359,64 @@ def test_bad_env_value_names_the_key() -> None:
     assert "zookeeper.session_timeout_ms" in message
     message = config_error(data=MINIMAL, environ={"AFFINITY_COORDINATOR__NOPE": "1"})
     assert "coordinator.nope" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("AFFINITY_ZK_CONECT", "did you mean AFFINITY_ZK_CONNECT?"),
+        ("AFFINITY_FOO", ""),
+        ("AFFINITY_NOPE__X", ""),
+        ("affinity_debounce_msec", "did you mean AFFINITY_DEBOUNCE_MS?"),
+    ],
+)
+def test_an_unknown_affinity_variable_is_an_error_naming_it(name: str, hint: str) -> None:
+    message = config_error(data=MINIMAL, environ={name: "127.0.0.1:2181"})
+    assert message.startswith(f"unknown environment variable {name}")
+    assert hint in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("environ", "both"),
+    [
+        (
+            {"AFFINITY_ZK_CONNECT": "a:1", "AFFINITY_ZOOKEEPER__CONNECT": "b:1"},
+            "AFFINITY_ZK_CONNECT and AFFINITY_ZOOKEEPER__CONNECT both set zookeeper.connect",
+        ),
+        (
+            {"AFFINITY_DEBOUNCE_MS": "1", "AFFINITY_COORDINATOR": '{"debounce_ms": 2}'},
+            "AFFINITY_DEBOUNCE_MS and AFFINITY_COORDINATOR both set coordinator.debounce_ms",
+        ),
+    ],
+)
+def test_two_variables_for_one_key_are_an_error(environ: dict[str, str], both: str) -> None:
+    assert both in config_error(data=MINIMAL, environ=environ)
+
+
+def test_a_section_variable_without_the_key_is_no_conflict() -> None:
+    environ = {"AFFINITY_ZK_CONNECT": "a:1", "AFFINITY_ZOOKEEPER": '{"root": "/jobs"}'}
+    config = load_config(data=MINIMAL, environ=environ)
+    assert (config.zookeeper.connect, config.zookeeper.root) == ("a:1", "/jobs")
+
+
+def test_variables_other_parts_of_affinity_read_are_not_unknown() -> None:
+    environ = {"AFFINITY_NODE_NAME": "n", "AFFINITY_LOCATION_ID": "z/n", "AFFINITY_JAR_DIR": "/j"}
+    assert load_config(data=MINIMAL, environ=environ) == load_config(data=MINIMAL, environ={})
+
+
+@pytest.mark.parametrize(
+    ("connect", "problem"),
+    [
+        ("zk:2181/zookeeper", "the chroot /zookeeper: /zookeeper is ZooKeeper's reserved tree"),
+        ("zk:2181/zookeeper/quota", "/zookeeper is ZooKeeper's reserved tree"),
+        ("zk:2181/..", "the chroot /..: must not have empty, '.' or '..' segments"),
+        ("zk:2181/.", "the chroot /.: must not have empty, '.' or '..' segments"),
+        ("zk:2181/apps/../x", "must not have empty, '.' or '..' segments"),
+    ],
+)
+def test_a_chroot_follows_the_root_s_rule(connect: str, problem: str) -> None:
+    message = config_error(data=MINIMAL, environ={"AFFINITY_ZK_CONNECT": connect})
+    assert "zookeeper.connect" in message and problem in message
 
 
 def test_unparsable_env_json_is_a_config_error() -> None:

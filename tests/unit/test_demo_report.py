@@ -6,7 +6,9 @@ import io
 
 from rich.console import Console
 
+from coordinator.demo.race_ways import RaceBatch
 from coordinator.demo.report import BatchFigures, DemoResult, Progress, table
+from coordinator.demo.spark_demo import Demo
 
 
 def result() -> DemoResult:
@@ -71,3 +73,38 @@ def test_progress_draws_a_bar_in_a_terminal() -> None:
     progress.close()
     assert progress.done == 1
     assert "1/4" in out.getvalue() and "batch 1" in out.getvalue()
+
+
+def race_batch(batch: int, warm: int, loaded: int, seconds: float = 1.0) -> RaceBatch:
+    return RaceBatch(batch, "", seconds, loaded, rows_out=1, tasks=4, warm=warm)
+
+
+def test_the_table_and_the_progress_lines_show_the_same_batch() -> None:
+    # Spark's Kafka source ran demo batch 0 as two of its batches and demo batch 2 (the kill)
+    # as its batches 3 and 4: its rows outnumber affinity's.
+    kill = "executor killed"
+    steps = [
+        ("steady", [race_batch(0, 4, 0)], [race_batch(0, 4, 0), race_batch(1, 4, 0)]),
+        ("steady", [race_batch(1, 4, 0)], [race_batch(2, 4, 0)]),
+        (kill, [race_batch(2, 4, 0)], [race_batch(3, 2, 5_413_596), race_batch(4, 4, 0)]),
+        (kill, [race_batch(3, 4, 0)], [race_batch(5, 4, 0)]),
+    ]
+    out = io.StringIO()
+    demo = Demo.__new__(Demo)  # the recording alone: no cluster
+    demo.result = DemoResult()
+    demo.progress = Progress(len(steps), console=Console(file=out, width=200))
+    for index, (label, affinity, spark) in enumerate(steps):
+        demo.record(index, label, {"affinity": affinity, "spark": spark})
+    progress = out.getvalue().splitlines()
+    assert "batch 2 (executor killed)" in progress[2]
+    assert "Spark 75% warm, 5,413,596 B" in progress[2]
+    rows = {}
+    for line in table(demo.result).splitlines():
+        cells = [cell.strip() for cell in line.split("\u2502")[1:-1]]
+        if cells and cells[0].isdigit() and len(cells) == 8:
+            rows[cells[0]] = cells
+    assert sorted(rows) == ["0", "1", "2", "3"]
+    for index, line in enumerate(progress):
+        spark_warm, spark_loaded = line.split("Spark ")[1].split(" warm, ")
+        row = rows[str(index)]
+        assert row[5:7] == [spark_warm, spark_loaded.removesuffix(" B loaded")], (line, row)

@@ -170,6 +170,14 @@ def test_the_state_folder_options() -> None:
         ({"local_dir": "/s", "uid": 0}, "state uid must be a non-root id"),
         ({"local_dir": "/s", "gid": -1}, "state gid must be a non-root id"),
         ({"local_dir": "/s", "init_image": " "}, "image must not be empty"),
+        ({"local_dir": "/s", "init_image": "busybox 1.36"}, "image must be a reference"),
+        ({"local_dir": "/s", "host_path": "/etc"}, "must not be a system folder"),
+        ({"local_dir": "/s", "host_path": "/etc/affinity"}, "must not be a system folder"),
+        ({"local_dir": "/s", "host_path": "/var/lib"}, "must not be a system folder"),
+        ({"local_dir": "/s", "host_path": "/var/lib/../../etc"}, "must be a normalized path"),
+        ({"local_dir": "/s", "host_path": "/data//x"}, "must be a normalized path"),
+        ({"local_dir": "/s", "host_path": "/data/x\n"}, "must be printable"),
+        ({"local_dir": "/s", "host_path": "/"}, "host path must be an absolute path below /"),
     ],
 )
 def test_bad_state_options_are_refused_naming_the_option(
@@ -177,6 +185,39 @@ def test_bad_state_options_are_refused_naming_the_option(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         StateVolume(**options)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"container_name": "Bad_Name!"}, "container name must be a DNS-1123 label"),
+        ({"container_name": "c" * 5000}, "container name must be a DNS-1123 label"),
+        ({"service_account": "Not A Name"}, "service account must be a DNS-1123 subdomain"),
+        ({"labels": {"bad key!": "v"}}, "label key 'bad key!' must be"),
+        ({"labels": {"Bad.Prefix/k": "v"}}, "label key prefix"),
+        ({"labels": {"k": "v" * 100}}, "label value of 'k' must be at most 63"),
+    ],
+)
+def test_names_the_api_server_would_refuse_are_refused(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        executor_pod_template(LOCALITY, **options)
+
+
+def test_names_the_api_server_accepts_pass() -> None:
+    template = executor_pod_template(
+        LOCALITY,
+        container_name="spark-kubernetes-executor",
+        service_account="clicks.affinity-sa",
+        labels={"example.com/team": "data_eng.1", "empty": ""},
+        state=StateVolume("/s", host_path="/mnt/disks/ssd0/affinity", init_image="r.io/b:1@x"),
+    )
+    assert template["metadata"]["labels"]["example.com/team"] == "data_eng.1"
+
+
+def test_a_location_with_an_empty_last_segment_names_no_node() -> None:
+    assert node_weights({"t-1": "zone-a/", "t-2": "zone-a/node-1"}) == {"node-1": 100}
 
 
 def test_the_template_is_deterministic_whatever_the_input_order() -> None:

@@ -36,6 +36,7 @@ from locality.spark.kafka.client import (
     OffsetRange,
     as_client_config,
 )
+from locality.spark.kafka.clients import KafkaOptionError
 from locality.spark.kafka.ranges import OffsetsWentBack, plan_ranges
 from locality.spark.kafka.reader import (
     RECORD_SCHEMA,
@@ -55,6 +56,7 @@ __all__ = [
     "LIBRDKAFKA_LOGGER",
     "RECORD_SCHEMA",
     "KafkaAdminError",
+    "KafkaOptionError",
     "KafkaClientConfig",
     "KafkaPartition",
     "KafkaWriteError",

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from locality.spark.kafka.client import KafkaClientConfig, KafkaPartition, as_client_config
+from locality.spark.kafka.clients import new_client
 
 __all__ = [
     "KafkaAdminError",
@@ -61,7 +62,7 @@ def create_topic(
     ``{"cleanup.policy": "compact"}``)."""
     if partitions < 1:
         raise ValueError(f"topic {name}: partitions must be at least 1 (got {partitions})")
-    admin = AdminClient(as_client_config(client).admin())
+    admin = new_client(AdminClient, as_client_config(client).admin())
     topic = NewTopic(name, partitions, replication_factor, config=dict(config or {}))
     futures = admin.create_topics([topic], operation_timeout=timeout_s)
     _result(futures[name], f"creating topic {name}", timeout_s)
@@ -71,7 +72,7 @@ def add_partitions(
     client: KafkaClientConfig | str, name: str, total: int, *, timeout_s: float = 30.0
 ) -> None:
     """Grow topic ``name`` to ``total`` partitions (Kafka never removes partitions)."""
-    admin = AdminClient(as_client_config(client).admin())
+    admin = new_client(AdminClient, as_client_config(client).admin())
     futures = admin.create_partitions([NewPartitions(name, total)], operation_timeout=timeout_s)
     _result(futures[name], f"growing topic {name} to {total} partitions", timeout_s)
 
@@ -81,7 +82,7 @@ def partition_counts(
 ) -> dict[str, int]:
     """Each topic's number of partitions; :class:`UnknownTopic` if one does not exist."""
     wanted = sorted(set(topics))
-    admin = AdminClient(as_client_config(client).admin())
+    admin = new_client(AdminClient, as_client_config(client).admin())
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -113,7 +114,7 @@ def _offsets(
     }
     if not request:
         return {}
-    admin = AdminClient(config.admin())
+    admin = new_client(AdminClient, config.admin())
     futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout_s)
     return {
         KafkaPartition(tp.topic, tp.partition): int(

@@ -30,6 +30,7 @@ from confluent_kafka import (
 )
 
 from locality.spark.kafka.client import KafkaClientConfig, OffsetRange, as_client_config
+from locality.spark.kafka.clients import new_client
 
 __all__ = ["RECORD_SCHEMA", "RangeNotReadable", "iter_range", "read_range", "read_ranges"]
 
@@ -166,7 +167,7 @@ def iter_range(
         raise ValueError(f"batch_size must be at least 1 (got {batch_size})")
     if rng.size == 0:
         return
-    consumer = Consumer(as_client_config(client).consumer())
+    consumer = new_client(Consumer, as_client_config(client).consumer())
     try:
         _check_partition(consumer, rng, stall_timeout_s)
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])

@@ -33,6 +33,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from locality.spark.kafka.client import KafkaClientConfig, as_client_config
+from locality.spark.kafka.clients import new_client
 
 __all__ = ["KafkaWriteError", "ProducerFenced", "TransactionalWriter", "write_records"]
 
@@ -156,7 +157,7 @@ def write_records(
     """Write every row of ``data`` (an Arrow table or batch, or a pandas DataFrame) to ``topic``
     with an idempotent producer; returns the number of records, all acknowledged."""
     table = _as_table(data)
-    producer = Producer(as_client_config(client).producer())
+    producer = new_client(Producer, as_client_config(client).producer())
     _require_topic(producer, topic, timeout_s)
     delivery = _Delivery()
     count = _produce(producer, topic, table, (key_column, value_column, partition_column), delivery)
@@ -183,7 +184,7 @@ class TransactionalWriter:
     ) -> None:
         self.transactional_id = transactional_id
         self.timeout_s = timeout_s
-        self._producer = Producer(as_client_config(client).producer(transactional_id))
+        self._producer = new_client(Producer, as_client_config(client).producer(transactional_id))
         self._delivery = _Delivery()
         self.written = 0
         self._open = False

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from kazoo.protocol.states import ZnodeStat
 
 from metadata.errors import CorruptDataError
+from metadata.ids import location_id_problem
 from metadata.zk.errors import NotFound, WriteConflict
 from metadata.zk.layout import JobLayout, decode_name
 from metadata.zk.ops import SAFE_REQUEST_BYTES, Op, ZkOps
@@ -123,10 +124,9 @@ class TaskLocalityStore:
             location = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise CorruptDataError(path, f"location id is not UTF-8 text: {exc}") from None
-        if not location or not location.isprintable():
-            raise CorruptDataError(
-                path, f"location id is empty or not printable: {location[:60]!r}"
-            )
+        problem = location_id_problem(location)
+        if problem is not None:
+            raise CorruptDataError(path, problem)
         return location
 
     # ---------------------------------------------------------------- writing
@@ -255,9 +255,10 @@ def _checked(locality: Mapping[str, str]) -> Iterator[tuple[str, bytes]]:
     for task, location in locality.items():
         if not isinstance(task, str) or not task:
             raise ValueError(f"task name must be a non-empty string, got {task!r}")
-        if not isinstance(location, str) or not location or not location.isprintable():
-            raise ValueError(f"location id of {task!r} must be printable text, got {location!r}")
-        yield task, location.encode()
+        problem = location_id_problem(location)
+        if problem is not None:
+            raise ValueError(f"{task!r}: {problem}")
+        yield task, str(location).encode()
 
 
 class _Known:

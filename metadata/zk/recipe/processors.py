@@ -13,7 +13,8 @@ its registration up (the rule is the member machine's, :mod:`coordinator.protoco
 
 Any client that may register can write a node there, so a registration that is not one
 (``b'{not json'``, JSON without ``location_id``, a node name without a sequence) must not stop
-the job: :meth:`ProcessorRegistry.read` skips it, logs it once with its node
+the job, nor may a processor or location id that breaks :mod:`metadata.ids`' rule (control
+characters, too long, too deep): :meth:`ProcessorRegistry.read` skips it, logs it once with its node
 (``zk.bad_registration_skipped``) and lists it in :attr:`ProcessorRegistry.skipped` (the skipped
 nodes of the last read: a gauge for the coordinator's metrics).
 
@@ -38,6 +39,12 @@ from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from metadata.errors import CorruptDataError
+from metadata.ids import (
+    check_location_id,
+    check_processor_id,
+    location_id_problem,
+    processor_id_problem,
+)
 from metadata.zk.errors import NotFound
 from metadata.zk.layout import PROCESSOR_PREFIX, JobLayout, processor_sequence
 from metadata.zk.ops import ZkOps
@@ -95,10 +102,8 @@ class ProcessorRegistry:
 
     def register(self, processor_id: str, location_id: str, host: str = "", **extra: Any) -> str:
         """Register a processor for the life of this client's session; returns the node path."""
-        if not processor_id:
-            raise ValueError("processor_id must not be empty")
-        if not location_id:
-            raise ValueError("location_id must not be empty")
+        check_processor_id(processor_id)
+        check_location_id(location_id)
         reserved = _RESERVED.intersection(extra)
         if reserved:
             raise ValueError(f"extra fields may not override {sorted(reserved)}")
@@ -237,20 +242,16 @@ class ProcessorRegistry:
         processor_id = document.get("processor_id")
         location_id = document.get("location_id")
         host = document.get("host", "")
-        if not isinstance(processor_id, str) or not processor_id:
-            raise CorruptDataError(
-                path, f"processor_id should be a non-empty string, got {processor_id!r:.60}"
-            )
-        if not isinstance(location_id, str) or not location_id:
-            raise CorruptDataError(
-                path, f"location_id should be a non-empty string, got {location_id!r:.60}"
-            )
+        problem = processor_id_problem(processor_id) or location_id_problem(location_id)
+        if problem is not None:
+            raise CorruptDataError(path, problem)
         if not isinstance(host, str):
             raise CorruptDataError(path, f"host should be a string, got {host!r:.60}")
         capacity = document.get("capacity", 1)
         problem = _capacity_problem(capacity)
         if problem is not None:
             raise CorruptDataError(path, problem)
+        assert isinstance(processor_id, str) and isinstance(location_id, str)
         return ProcessorRegistration(
             processor_id, location_id, host, path, sequence, document, capacity=capacity
         )
