@@ -168,7 +168,7 @@ def commit_group_offsets(
         TopicPartition(p.topic, p.partition, int(o), metadata=metadata)
         for p, o in sorted(offsets.items())
     ]
-    admin = AdminClient(as_client_config(client).admin())
+    admin = new_client(AdminClient, as_client_config(client).admin())
     futures = admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout_s
     )
@@ -188,7 +188,7 @@ def group_offsets(
     """Consumer group ``group``'s committed offsets (partitions without one left out)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
-    admin = AdminClient(as_client_config(client).admin())
+    admin = new_client(AdminClient, as_client_config(client).admin())
     futures = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
     )
