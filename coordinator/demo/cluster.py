@@ -335,6 +335,16 @@ class StandaloneCluster:
         self.stop()
 
 
+def import_root(module: ModuleType) -> Path:
+    """The folder to put on ``sys.path`` so ``module`` imports: above a package's folder, the
+    folder of a one-file module (a module of a package: above its top package)."""
+    path = Path(module.__file__ or "").resolve()
+    depth = module.__name__.count(".") + (1 if hasattr(module, "__path__") else 0)
+    for _ in range(depth + 1):
+        path = path.parent
+    return path
+
+
 def executor_pythonpath(*modules: ModuleType) -> str:
     """Folders executors need on their ``PYTHONPATH``: those of ``coordinator`` and ``locality``
     and of each of ``modules`` (so they run even where nothing is installed into the executors'
@@ -343,7 +353,7 @@ def executor_pythonpath(*modules: ModuleType) -> str:
     import locality
 
     roots = (coordinator, locality, *modules)
-    folders = sorted({str(Path(m.__file__ or "").resolve().parent.parent) for m in roots})
+    folders = sorted({str(import_root(m)) for m in roots})
     if sys.prefix != sys.base_prefix:
         # A virtualenv whose python is a symlink: Python workers may start as the base
         # interpreter (seen: pyenv), without the virtualenv's packages (pandas, pyarrow).
