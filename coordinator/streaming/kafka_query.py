@@ -28,7 +28,8 @@ Per batch (:meth:`KafkaQuery.run_batch`):
    ``affinity-<job>`` (:attr:`KafkaQuery.group`), for Kafka's own lag tools (metadata only: the
    commit record stays the truth; a failure there is logged and done at the next batch).
 
-Output delivery is at least once (see :mod:`locality.spark.state.kafka_task`).
+Output to ``output_topic`` is exactly once by default, published after the commit, or at least
+once, written by the tasks (:mod:`coordinator.streaming.kafka_output`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from coordinator.streaming.kafka_offsets import (
     StartingOffsets,
     start_offsets,
 )
+from coordinator.streaming.kafka_output import KafkaOutput
 from coordinator.streaming.runtime import (
     BatchReport,
     Begun,
@@ -71,7 +73,7 @@ from locality.spark.kafka import (
 from locality.spark.pinning import job_description
 from locality.spark.state import CommitRecord, Storage
 from locality.spark.state.durable import pin_pending_ranges
-from locality.spark.state.kafka_task import KafkaTaskInput, KafkaTaskOutput, decode_utf8
+from locality.spark.state.kafka_task import KafkaTaskInput, decode_utf8
 from locality.spark.state.pinned_task import TASK_COLUMN
 
 __all__ = ["KafkaQuery", "stateful_kafka_query"]
@@ -95,6 +97,7 @@ class KafkaQuery(QueryRuntime):
         output_key_column: str | None = "key",
         output_value_column: str | None = None,
         transactional: bool = True,
+        delivery: str = "exactly-once",
         decode: Callable[..., Any] = decode_utf8,
         max_records_per_batch: int | None = DEFAULT_MAX_RECORDS,
         starting_offsets: str | Mapping[str, Any] = "earliest",
@@ -139,18 +142,23 @@ class KafkaQuery(QueryRuntime):
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None
         self.fail_on_data_loss = fail_on_data_loss
-        self.output = (
-            KafkaTaskOutput(
-                self.client,
-                output_topic,
-                query=f"{config.job.name}-{config.job.id}",
-                key_column=output_key_column,
-                value_column=output_value_column,
-                transactional=transactional,
+        try:
+            self.output = (
+                KafkaOutput.of(
+                    self.client,
+                    output_topic,
+                    query=f"{config.job.name}-{config.job.id}",
+                    key_column=output_key_column,
+                    value_column=output_value_column,
+                    transactional=transactional,
+                    delivery=delivery,
+                    storage=self.storage,
+                )
+                if output_topic is not None
+                else None
             )
-            if output_topic is not None
-            else None
-        )
+        except ValueError as exc:
+            raise StreamingUsageError(str(exc)) from None
         self.layout = self._layout(config)
 
     # ------------------------------------------------------------------ a batch
@@ -164,6 +172,7 @@ class KafkaQuery(QueryRuntime):
             raise StreamingUsageError(str(exc)) from None
         sc = self.spark.sparkContext
         self._follow_partitions(sc)
+        self._publish_owed(sc)
         begun = self.begin(sc, self.next_batch(sc), self.layout.key_groups())
         ranges = self._ranges(begun)
         stage = self._run_stage(begun, ranges)
@@ -222,7 +231,8 @@ class KafkaQuery(QueryRuntime):
         )
         struct, arrow_schema = stage_schemas(self.spark, self.output_schema)
         runner = task_runner(self.spec, plan, arrow_schema, ())
-        runner = replace(runner, source=source, deliver=self.output)
+        deliver = self.output.deliver if self.output is not None else None
+        runner = replace(runner, source=source, deliver=deliver)
         tasks = self.spark.range(len(plan.tasks)).select(F.col("id").cast("int").alias(TASK_COLUMN))
         try:
             with job_description(self.spark.sparkContext, f"affinity kafka batch {plan.batch}"):
@@ -240,11 +250,33 @@ class KafkaQuery(QueryRuntime):
     def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
         offsets = {_partition(name): end for name, end in commit.offsets.items()}
         metadata = f"affinity batch {commit.batch}"
-        return [
+        steps: list[tuple[str, Callable[[], Any]]] = []
+        if self.output is not None and self.output.publisher is not None:
+            output, sc = self.output, self.spark.sparkContext
+            steps.append(("publish", lambda: output.publish(sc, commit)))
+        steps.append(
             ("consumer-group", lambda: commit_group_offsets(
                 self.client, self.group, offsets, metadata=metadata
             )),
-        ]  # fmt: skip
+        )  # fmt: skip
+        return steps
+
+    def _publish_owed(self, sc: Any) -> None:
+        """Publish the latest commit's output if this driver has not (a publish that failed
+        after the commit, an application restart) before a later batch runs."""
+        if self.output is None or self.output.publisher is None:
+            return
+        self.start(sc)
+        latest = self._commit_log().latest()
+        if latest is None or latest.batch <= self.output.published:
+            return
+        try:
+            self.output.publish(sc, latest)
+        except Exception as exc:
+            raise StreamingBatchError(
+                f"publishing batch {latest.batch}'s output failed (it is committed; the next "
+                f"run_batch publishes it again before going on): {failure_cause(exc)}"
+            ) from exc
 
     # ------------------------------------------------------------------ partitions
 

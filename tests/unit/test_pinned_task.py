@@ -208,7 +208,7 @@ def test_output_that_does_not_fit_the_schema_is_named(tmp_path: Path) -> None:
 
     delivered: list[int] = []
     runner = replace(
-        _runner(tmp_path, 0, None, wrong), deliver=lambda t, b, out: delivered.append(len(out))
+        _runner(tmp_path, 0, None, wrong), deliver=lambda t, b, out, tok: delivered.append(len(out))
     )
     with pytest.raises(
         StatefulFunctionError,

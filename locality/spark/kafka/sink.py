@@ -242,6 +242,25 @@ class TransactionalWriter:
         self._open = False
         self._call("aborting", self._producer.abort_transaction, self.timeout_s)
 
+    def mark(self, offsets: Sequence[Any], group_metadata: Any) -> None:
+        """Commit consumer-group offsets (``TopicPartition`` s, a consumer's
+        ``consumer_group_metadata()``) with this transaction: they count only if it commits."""
+        if not self._open:
+            raise KafkaWriteError(f"transaction {self.transactional_id} is not open")
+        self._call(
+            "adding offsets to",
+            self._producer.send_offsets_to_transaction,
+            list(offsets),
+            group_metadata,
+            self.timeout_s,
+        )
+
+    def close_quietly(self) -> None:
+        """Abort an open transaction after an error (the error raised matters more)."""
+        if self._open:
+            with contextlib.suppress(KafkaWriteError):
+                self.abort()
+
     def __enter__(self) -> TransactionalWriter:
         return self.begin()
 

@@ -5,6 +5,8 @@ A stateful query's durable directory (``state.checkpoint_dir``)::
     <root>/keygroups/kg-<group:05d>/base-<seq>.json | delta-<seq>.json   (objectspace chains)
     <root>/records/commit-<batch:012d>-e<epoch:08d>-<id>.json   a committed batch (below)
     <root>/records/pending-<batch:012d>.json  a batch started: its processing time, its ranges
+    <root>/outputs/output-<batch:012d>-<task>-<token>.arrow   a task attempt's output, kept
+                                              until it is published (exactly-once Kafka output)
 
 The **driver** writes records: ``pending`` before a batch's tasks run (so every attempt of the
 batch, also after an application restart, uses the same processing time) and ``commit`` after
@@ -45,6 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from locality.spark.state.objectspace import CheckpointStorage, DirectoryStorage
 
@@ -54,7 +57,9 @@ __all__ = [
     "DirectoryStateStorage",
     "Storage",
     "latest_commit",
+    "output_name",
     "pin_pending_ranges",
+    "prune_outputs",
     "prune_records",
     "read_commit",
     "read_pending",
@@ -86,6 +91,16 @@ class Storage(CheckpointStorage, Protocol):
     def create_record(self, name: str, data: bytes) -> None:
         """Write a record atomically if none of that name exists, else ``FileExistsError``."""
         ...
+
+    def put_output(self, name: str, data: bytes) -> None:
+        """Keep a task attempt's batch output (exactly-once Kafka output), written atomically."""
+        ...
+
+    def read_output(self, name: str) -> bytes | None: ...
+
+    def list_outputs(self) -> list[str]: ...
+
+    def delete_output(self, name: str) -> None: ...
 
     def delete_record(self, name: str) -> None: ...
 
@@ -152,6 +167,38 @@ class DirectoryStateStorage(DirectoryStorage):
 
     def delete_record(self, name: str) -> None:
         (self.records / name).unlink(missing_ok=True)
+
+    @property
+    def outputs(self) -> Path:
+        return self.state_root / "outputs"
+
+    def put_output(self, name: str, data: bytes) -> None:
+        self.outputs.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.outputs)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                if self.fsync:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            os.replace(tmp, self.outputs / name)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    def read_output(self, name: str) -> bytes | None:
+        try:
+            return (self.outputs / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def list_outputs(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.outputs) if not n.startswith("."))
+        except FileNotFoundError:
+            return []
+
+    def delete_output(self, name: str) -> None:
+        (self.outputs / name).unlink(missing_ok=True)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DirectoryStateStorage) and other.state_root == self.state_root
@@ -314,6 +361,22 @@ def prune_records(storage: Storage, keep: set[str], decided_upto: int) -> list[s
     deleted += [name for batch, _e, name in _records(storage, "pending") if batch < oldest]
     for name in deleted:
         storage.delete_record(name)
+    return deleted
+
+
+def output_name(batch: int, task: str, token: str) -> str:
+    """The name a task attempt's kept output has (its batch, task and attempt token)."""
+    return f"output-{batch:012d}-{quote(task, safe='')}-{token}.arrow"
+
+
+def prune_outputs(storage: Storage, upto: int) -> int:
+    """Delete the kept outputs of batches up to ``upto`` (published); how many."""
+    deleted = 0
+    for name in storage.list_outputs():
+        parts = name.split("-")
+        if len(parts) > 2 and parts[0] == "output" and parts[1].isdigit() and int(parts[1]) <= upto:
+            storage.delete_output(name)
+            deleted += 1
     return deleted
 
 

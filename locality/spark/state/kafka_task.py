@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from locality.spark.state.durable import Storage, output_name
 from locality.spark.state.pinned_task import GROUP_COLUMN
 
 if TYPE_CHECKING:
@@ -39,7 +40,17 @@ if TYPE_CHECKING:
 
     from locality.spark.kafka import KafkaClientConfig, OffsetRange
 
-__all__ = ["KafkaDecodeError", "KafkaTaskInput", "KafkaTaskOutput", "decode_utf8", "in_bucket"]
+__all__ = [
+    "KafkaDecodeError",
+    "KafkaTaskInput",
+    "KafkaTaskOutput",
+    "KeptOutput",
+    "Publisher",
+    "decode_utf8",
+    "in_bucket",
+    "publish_group",
+    "transactional_id",
+]
 
 
 class KafkaDecodeError(ValueError):
@@ -126,7 +137,7 @@ class KafkaTaskOutput:
     value_column: str | None = None  # the record value (bytes or text); None: the row as JSON
     transactional: bool = True
 
-    def __call__(self, task: str, batch: int, output: pd.DataFrame) -> int:
+    def __call__(self, task: str, batch: int, output: pd.DataFrame, token: str = "") -> int:
         from locality.spark.kafka import TransactionalWriter, write_records
 
         key, value = self.key_column, self.value_column or "_affinity_json"
@@ -141,6 +152,79 @@ class KafkaTaskOutput:
             if not len(output):
                 return 0
             return transaction.write(self.topic, output, key_column=key, value_column=value)
+
+
+@dataclass(frozen=True)
+class KeptOutput:
+    """The ``deliver`` of an exactly-once Kafka query: a task attempt's output records kept with
+    its checkpoint (Arrow IPC in the query's durable storage, named for the batch, the task and
+    the attempt's token), for :class:`Publisher` to publish once the batch is committed."""
+
+    storage: Storage
+    key_column: str | None = "key"
+    value_column: str | None = None
+
+    def __call__(self, task: str, batch: int, output: pd.DataFrame, token: str = "") -> int:
+        import pyarrow as pa
+
+        records = _records(output, self.key_column, self.value_column)
+        value = self.value_column or "_affinity_json"
+        columns = [c for c in (self.key_column, value) if c is not None]
+        table = (
+            pa.Table.from_pandas(records[columns], preserve_index=False)
+            if len(records)
+            else pa.table({c: pa.array([], pa.string()) for c in columns})
+        )
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as stream:
+            stream.write_table(table)
+        self.storage.put_output(output_name(batch, task, token), sink.getvalue().to_pybytes())
+        return int(table.num_rows)
+
+
+@dataclass(frozen=True)
+class Publisher:
+    """Publishes one task's kept output of a committed batch exactly once (run on an executor:
+    :func:`locality.spark.kafka.publish.publish_once`); payload ``(batch, token)``."""
+
+    storage: Storage
+    client: KafkaClientConfig
+    topic: str
+    query: str
+    key_column: str | None = "key"
+    value_column: str | None = None
+
+    def __call__(self, task: str, payload: tuple[int, str]) -> int:
+        import pyarrow as pa
+
+        from locality.spark.kafka.publish import publish_once, published_batch
+
+        batch, token = payload
+        group = publish_group(self.query, task)
+        data = self.storage.read_output(output_name(batch, task, token))
+        if data is None:  # published, and pruned after (a new driver publishing what is owed)
+            if published_batch(self.client, group, self.topic) >= batch:
+                return 0
+            raise KafkaDecodeError(
+                f"batch {batch}, task {task}: its kept output {output_name(batch, task, token)} "
+                "is missing: it cannot be published"
+            )
+        records = pa.ipc.open_stream(data).read_all()
+        return publish_once(
+            self.client,
+            transactional_id(self.query, task),
+            group,
+            self.topic,
+            batch,
+            records,
+            key_column=self.key_column,
+            value_column=self.value_column or "_affinity_json",
+        )
+
+
+def publish_group(query: str, task: str) -> str:
+    """The consumer group whose offset marks a task's last published batch."""
+    return f"{query}-{task}-published"
 
 
 def transactional_id(query: str, task: str) -> str:

@@ -145,8 +145,9 @@ class PinnedTaskRunner:
     # the task giving its rows (the function's columns and GROUP_COLUMN), e.g. its Kafka ranges.
     source: Callable[[str], pa.Table] | None = None
     # Where a task's output goes besides the stage's rows: None, nowhere; else a function of
-    # (task, batch, output rows) that writes them (e.g. to a Kafka topic) before the task ends.
-    deliver: Callable[[str, int, pd.DataFrame], int] | None = None
+    # (task, batch, output rows, attempt token) that writes them (e.g. to a Kafka topic, or kept
+    # with the checkpoint to be published after the commit) before the task ends.
+    deliver: Callable[[str, int, pd.DataFrame, str], int] | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -190,7 +191,7 @@ class PinnedTaskRunner:
         location = SparkExecutorLocationIdProvider().location_id()
         outcome = run_task_batch(self.spec, work, location, prepare=self._output_table)
         if self.deliver is not None:
-            self.deliver(task, self.batch, outcome.output)
+            self.deliver(task, self.batch, outcome.output, outcome.token)
         yield from self._output(outcome.prepared)
         rows_in = sum(len(frame) for _, _, frame in rows)
         where = (current_executor_id(), current_executor_host(), attempt)

@@ -1,0 +1,85 @@
+"""Where a Kafka query's output goes: ``delivery="exactly-once"`` (the default for
+``output_topic``) or ``"at-least-once"``.
+
+- **at least once**: each task writes its output in one transaction per task and batch while it
+  runs (:class:`locality.spark.state.kafka_task.KafkaTaskOutput`); a batch run again after a
+  failure before its commit writes it again.
+- **exactly once** (*publish after commit*): each task keeps its output with its checkpoint,
+  durable and named for its attempt (:class:`~locality.spark.state.kafka_task.KeptOutput`);
+  once the driver committed the batch, one pinned Spark task per affinity task publishes the
+  committed attempt's output in one transaction together with the task's publish mark
+  (:func:`locality.spark.kafka.publish.publish_once`): a publish retried after any failure, or
+  after an application restart, finds the mark and writes nothing. A publish that fails after
+  the commit is logged and counted, and done again before the next batch runs (so batches are
+  published in order). A ``read_committed`` reader sees each batch's output exactly once.
+
+Plain Kafka transactions only (KIP-939's two-phase commit is not in the clients), and why this
+shape rather than Kafka Streams' or Flink's: docs/kafka.md, "Exactly once".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from locality.spark import run_pinned
+from locality.spark.kafka import KafkaClientConfig
+from locality.spark.state import CommitRecord, Storage
+from locality.spark.state.durable import prune_outputs
+from locality.spark.state.kafka_task import KafkaTaskOutput, KeptOutput, Publisher
+
+__all__ = ["DELIVERIES", "KafkaOutput"]
+
+#: The output modes of a Kafka query with ``output_topic``.
+DELIVERIES = ("exactly-once", "at-least-once")
+
+
+@dataclass
+class KafkaOutput:
+    """A Kafka query's output to a topic (module docstring); :meth:`of` makes one."""
+
+    delivery: str
+    deliver: KafkaTaskOutput | KeptOutput
+    publisher: Publisher | None
+    storage: Storage
+    published: int = -1  # the latest batch this driver published (or found published)
+
+    @classmethod
+    def of(
+        cls,
+        client: KafkaClientConfig,
+        topic: str,
+        *,
+        query: str,
+        key_column: str | None,
+        value_column: str | None,
+        transactional: bool,
+        delivery: str,
+        storage: Storage,
+    ) -> KafkaOutput:
+        if delivery not in DELIVERIES:
+            raise ValueError(f"delivery must be one of {DELIVERIES}, got {delivery!r}")
+        if delivery == "at-least-once":
+            writer = KafkaTaskOutput(client, topic, query, key_column, value_column, transactional)
+            return cls(delivery, writer, None, storage)
+        keeper = KeptOutput(storage, key_column, value_column)
+        publisher = Publisher(storage, client, topic, query, key_column, value_column)
+        return cls(delivery, keeper, publisher, storage)
+
+    def publish(self, sc: Any, commit: CommitRecord) -> int:
+        """Publish ``commit``'s kept outputs (one pinned Spark task per task); records made
+        visible now (0: all published before). Kept outputs up to the batch are then removed."""
+        if self.publisher is None or commit.batch <= self.published:
+            return 0
+        payloads = {task: (commit.batch, token) for task, token in commit.tokens.items()}
+        run = run_pinned(
+            sc,
+            payloads,
+            {},
+            self.publisher,
+            locality_wait=None,
+            description=f"affinity publish batch {commit.batch}",
+        )
+        self.published = commit.batch
+        prune_outputs(self.storage, commit.batch)
+        return sum(int(ran.result) for ran in run.tasks.values())
