@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from metadata.model import (
     BarrierState,
     ContainerModel,

@@ -12,7 +12,7 @@ import structlog.testing
 from kazoo.client import KazooClient
 from polling import wait_for
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.zk import ZkMetadataStore
 
 pytestmark = pytest.mark.zk
