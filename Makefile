@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PKGS   := coordinator groupers metadata locality
 ZK_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: test demo lint typecheck unit venv zookeeper kafka helm chromium promtool jar bench clean
+.PHONY: test demo lint typecheck unit venv zookeeper kafka helm chromium promtool jar dist bench clean
 
 test: venv zookeeper kafka helm chromium promtool jar lint typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
@@ -21,6 +21,13 @@ demo: venv zookeeper kafka jar
 # is committed. Rebuilt only when the sources or the Spark version change.
 jar: venv
 	@$(PY) -m locality.spark.jvm >/dev/null
+
+# An sdist and a wheel in dist/; the wheel carries affinity's Spark jar, compiled at build time
+# (build_support/affinity_build.py) against the venv's pyspark, so `pip install` of it needs no
+# javac. `python -m build` does the same in an isolated environment (it installs a pyspark 4).
+dist: venv
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
 
 # Maven Central's jars of a Kafka broker (KRaft) and of Spark's Kafka connector, copied by mvn
 # (poms in locality/spark/maven/, Debian's maven package installed when missing) into
@@ -88,4 +95,4 @@ bench: venv zookeeper
 	$(PY) benchmarks/groupers.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis dist build

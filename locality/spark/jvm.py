@@ -8,11 +8,20 @@ Two small classes (source in ``locality/spark/java/affinity/spark/``) do what Py
   rows are routed to their task on the executors (exactly ``groupers.keys.stable_hash`` of the
   key's JSON text).
 
-:func:`build_jar` compiles them with ``javac --release 17`` against the jars of the installed
-pyspark and writes ``affinity-spark-<spark version>-<source hash>.jar`` into
-:func:`jar_dir` (``$AFFINITY_JAR_DIR``, else ``~/.cache/affinity``); :func:`spark_jar` returns
-that jar, building it first when it is missing (``make jar``, ``affinity spark jar`` and the
-tests call it). No binary is committed. A session must be started with the jar on its class
+Where the jar comes from (:func:`spark_jar`; ``session_conf()``, ``affinity spark jar``, ``make
+jar`` and the tests call it):
+
+- an installed wheel carries it, compiled when the wheel was built
+  (``build_support/affinity_build.py``): ``locality/spark/jars/affinity-spark-<spark
+  version>.jar`` (:func:`packaged_jar`), taken when its Spark major version is the installed
+  pyspark's; no ``javac`` needed. A wheel with no jar for the installed pyspark is an error
+  that names both versions;
+- a source checkout has no ``jars`` folder: :func:`build_jar` compiles the classes with ``javac
+  --release 17`` against the jars of the installed pyspark into :func:`jar_dir`
+  (``$AFFINITY_JAR_DIR``, else ``~/.cache/affinity``) as ``affinity-spark-<spark
+  version>-<source hash>.jar``, once (rebuilt when the sources or the Spark version change).
+
+No binary is committed. A session must be started with the jar on its class
 path (``spark.jars``, before the first ``getOrCreate()``): :func:`session_conf` gives the
 setting, :func:`require_classes` says exactly that when a session lacks it, or when it is a
 Spark Connect session (no JVM to reach).
@@ -38,7 +47,10 @@ __all__ = [
     "KEY_HASH_FUNCTION",
     "JvmClassesMissing",
     "build_jar",
+    "PACKAGED_JARS",
     "jar_dir",
+    "packaged_jar",
+    "packaged_jar_name",
     "register_key_hash",
     "require_classes",
     "session_conf",
@@ -53,6 +65,8 @@ JAR_CONF_KEY = "spark.jars"
 #: The SQL function :func:`register_key_hash` registers (``affinity.spark.KeyHash``).
 KEY_HASH_FUNCTION = "affinity_key_hash"
 _SOURCES = Path(__file__).resolve().parent / "java"
+#: Where a wheel carries its jar (absent in a source checkout).
+PACKAGED_JARS = Path(__file__).resolve().parent / "jars"
 
 
 class JvmClassesMissing(RuntimeError):
@@ -118,8 +132,41 @@ def build_jar(destination: Path | None = None) -> Path:
     return target
 
 
+def packaged_jar_name(spark_version: str | None = None) -> str:
+    """The name of a wheel's jar compiled against pyspark ``spark_version`` (the installed one)."""
+    return f"affinity-spark-{spark_version or _spark_version()}.jar"
+
+
+def _major(version: str) -> str:
+    return version.split(".", 1)[0]
+
+
+def packaged_jar() -> Path | None:
+    """The jar an installed wheel carries for the installed pyspark (same Spark major version);
+    None in a source checkout (no :data:`PACKAGED_JARS` folder). Raises
+    :class:`JvmClassesMissing` when the wheel has jars, none for this pyspark."""
+    if not PACKAGED_JARS.is_dir():
+        return None
+    installed = _spark_version()
+    jars = sorted(PACKAGED_JARS.glob("affinity-spark-*.jar"))
+    compiled = [jar.name.removeprefix("affinity-spark-").removesuffix(".jar") for jar in jars]
+    for jar, version in zip(jars, compiled, strict=True):
+        if _major(version) == _major(installed):
+            return jar
+    raise JvmClassesMissing(
+        f"affinity's Spark jar in this installation is compiled for pyspark "
+        f"{', '.join(compiled) or '(none)'}; the installed pyspark is {installed}: install a "
+        f"pyspark {' or '.join(sorted({_major(v) + '.x' for v in compiled}))}"
+    )
+
+
 def spark_jar() -> Path:
-    """The jar for the installed pyspark and the current sources, built when missing."""
+    """affinity's jar for the installed pyspark: the one an installed wheel carries
+    (:func:`packaged_jar`), else (a source checkout) the one built from the sources, compiled
+    first when it is missing."""
+    packaged = packaged_jar()
+    if packaged is not None:
+        return packaged
     target = jar_dir() / _jar_name()
     return target if target.is_file() else build_jar(target)
 
@@ -166,6 +213,12 @@ def register_key_hash(spark: Any) -> str:
 
 
 def _suggested_jar() -> str:
+    try:
+        packaged = packaged_jar()
+    except JvmClassesMissing:
+        packaged = None
+    if packaged is not None:
+        return str(packaged)
     target = jar_dir() / _jar_name()
     return str(target) if target.is_file() else f"{target} (not built yet)"
 
