@@ -14,8 +14,8 @@ jar`` and the tests call it):
 - an installed wheel carries it, compiled when the wheel was built
   (``build_support/affinity_build.py``): ``locality/spark/jars/affinity-spark-<spark
   version>.jar`` (:func:`packaged_jar`), taken when its Spark major version is the installed
-  pyspark's; no ``javac`` needed. A wheel with no jar for the installed pyspark is an error
-  that names both versions;
+  pyspark's; no ``javac`` needed. For a pyspark of another major version (the wheel's jar is
+  compiled against Spark 4, Scala 2.13; Spark 3.5 runs Scala 2.12) it is compiled as below;
 - a source checkout has no ``jars`` folder: :func:`build_jar` compiles the classes with ``javac
   --release 17`` against the jars of the installed pyspark into :func:`jar_dir`
   (``$AFFINITY_JAR_DIR``, else ``~/.cache/affinity``) as ``affinity-spark-<spark
@@ -141,34 +141,41 @@ def _major(version: str) -> str:
     return version.split(".", 1)[0]
 
 
-def packaged_jar() -> Path | None:
-    """The jar an installed wheel carries for the installed pyspark (same Spark major version);
-    None in a source checkout (no :data:`PACKAGED_JARS` folder). Raises
-    :class:`JvmClassesMissing` when the wheel has jars, none for this pyspark."""
+def _packaged() -> dict[str, Path]:
+    """The jars an installed wheel carries, by the pyspark version each is compiled against."""
     if not PACKAGED_JARS.is_dir():
-        return None
-    installed = _spark_version()
+        return {}
     jars = sorted(PACKAGED_JARS.glob("affinity-spark-*.jar"))
-    compiled = [jar.name.removeprefix("affinity-spark-").removesuffix(".jar") for jar in jars]
-    for jar, version in zip(jars, compiled, strict=True):
-        if _major(version) == _major(installed):
-            return jar
-    raise JvmClassesMissing(
-        f"affinity's Spark jar in this installation is compiled for pyspark "
-        f"{', '.join(compiled) or '(none)'}; the installed pyspark is {installed}: install a "
-        f"pyspark {' or '.join(sorted({_major(v) + '.x' for v in compiled}))}"
-    )
+    return {jar.name.removeprefix("affinity-spark-").removesuffix(".jar"): jar for jar in jars}
+
+
+def packaged_jar() -> Path | None:
+    """The jar an installed wheel carries for the installed pyspark (same Spark major version:
+    one Scala binary version); None in a source checkout, or when the wheel has none for it."""
+    installed = _major(_spark_version())
+    found = [jar for version, jar in _packaged().items() if _major(version) == installed]
+    return found[-1] if found else None
 
 
 def spark_jar() -> Path:
     """affinity's jar for the installed pyspark: the one an installed wheel carries
-    (:func:`packaged_jar`), else (a source checkout) the one built from the sources, compiled
-    first when it is missing."""
+    (:func:`packaged_jar`), else the one built from the sources (a source checkout, or a pyspark
+    whose major version the wheel has no jar for), compiled first when it is missing."""
     packaged = packaged_jar()
     if packaged is not None:
         return packaged
     target = jar_dir() / _jar_name()
-    return target if target.is_file() else build_jar(target)
+    if target.is_file():
+        return target
+    try:
+        return build_jar(target)
+    except JvmClassesMissing as exc:
+        if not _packaged():
+            raise
+        raise JvmClassesMissing(
+            f"affinity's packaged Spark jar is for pyspark {', '.join(_packaged())}, the "
+            f"installed pyspark is {_spark_version()}: it compiles its own, and {exc}"
+        ) from None
 
 
 def session_conf() -> dict[str, str]:
@@ -213,10 +220,7 @@ def register_key_hash(spark: Any) -> str:
 
 
 def _suggested_jar() -> str:
-    try:
-        packaged = packaged_jar()
-    except JvmClassesMissing:
-        packaged = None
+    packaged = packaged_jar()
     if packaged is not None:
         return str(packaged)
     target = jar_dir() / _jar_name()

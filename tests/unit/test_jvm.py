@@ -68,18 +68,20 @@ def test_a_packaged_jar_is_taken_first_and_needs_no_javac(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An installed wheel's jars folder: the jar of the installed pyspark's major version is
-    taken (no javac, nothing built into the cache); one for another major only is an error
-    naming both versions."""
+    taken (no javac, nothing built into the cache); with one for another major only, the jar is
+    compiled, and without javac the error names both versions."""
     packaged = tmp_path / "jars"
     packaged.mkdir()
     monkeypatch.setattr(jvm, "PACKAGED_JARS", packaged)
-    monkeypatch.setattr(jvm, "_spark_version", lambda: "4.3.0")
+    monkeypatch.setattr(jvm, "_spark_version", lambda: "3.5.9")
     monkeypatch.setattr(jvm.shutil, "which", lambda name: None)
     monkeypatch.setenv("AFFINITY_JAR_DIR", str(tmp_path / "cache"))
-    (packaged / jvm.packaged_jar_name("3.5.1")).write_bytes(b"")
-    with pytest.raises(jvm.JvmClassesMissing, match=r"for pyspark 3\.5\.1; .* is 4\.3\.0"):
+    (packaged / jvm.packaged_jar_name("4.3.0")).write_bytes(b"")
+    with pytest.raises(
+        jvm.JvmClassesMissing, match=r"for pyspark 4\.3\.0, the installed pyspark is 3\.5\.9.*javac"
+    ):
         jvm.spark_jar()
-    (packaged / jvm.packaged_jar_name("4.0.0")).write_bytes(b"")
-    assert jvm.spark_jar() == packaged / "affinity-spark-4.0.0.jar"
-    assert jvm.session_conf() == {"spark.jars": str(packaged / "affinity-spark-4.0.0.jar")}
+    monkeypatch.setattr(jvm, "_spark_version", lambda: "4.1.0")
+    assert jvm.spark_jar() == packaged / "affinity-spark-4.3.0.jar"
+    assert jvm.session_conf() == {"spark.jars": str(packaged / "affinity-spark-4.3.0.jar")}
     assert not (tmp_path / "cache").exists()
