@@ -43,6 +43,7 @@ from typing import Any
 
 __all__ = [
     "JAR_CONF_KEY",
+    "MIN_PYSPARK",
     "JVM_CLASSES",
     "KEY_HASH_FUNCTION",
     "JvmClassesMissing",
@@ -65,6 +66,8 @@ JAR_CONF_KEY = "spark.jars"
 #: The SQL function :func:`register_key_hash` registers (``affinity.spark.KeyHash``).
 KEY_HASH_FUNCTION = "affinity_key_hash"
 _SOURCES = Path(__file__).resolve().parent / "java"
+#: The oldest pyspark affinity runs on (``pyproject.toml``'s floor; README "Spark versions").
+MIN_PYSPARK = (3, 5)
 #: Where a wheel carries its jar (absent in a source checkout).
 PACKAGED_JARS = Path(__file__).resolve().parent / "jars"
 
@@ -161,6 +164,12 @@ def spark_jar() -> Path:
     """affinity's jar for the installed pyspark: the one an installed wheel carries
     (:func:`packaged_jar`), else the one built from the sources (a source checkout, or a pyspark
     whose major version the wheel has no jar for), compiled first when it is missing."""
+    installed = _spark_version()
+    if tuple(int(part) for part in installed.split(".")[:2]) < MIN_PYSPARK:
+        raise JvmClassesMissing(
+            f"affinity needs pyspark>={'.'.join(map(str, MIN_PYSPARK))}; the installed "
+            f"pyspark is {installed}"
+        )
     packaged = packaged_jar()
     if packaged is not None:
         return packaged

@@ -85,3 +85,14 @@ def test_a_packaged_jar_is_taken_first_and_needs_no_javac(
     assert jvm.spark_jar() == packaged / "affinity-spark-4.3.0.jar"
     assert jvm.session_conf() == {"spark.jars": str(packaged / "affinity-spark-4.3.0.jar")}
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_pyspark_older_than_the_floor_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AFFINITY_JAR_DIR", str(tmp_path))
+    monkeypatch.setattr(jvm, "_spark_version", lambda: "3.4.1")
+    with pytest.raises(jvm.JvmClassesMissing) as refused:
+        jvm.session_conf()
+    assert str(refused.value) == "affinity needs pyspark>=3.5; the installed pyspark is 3.4.1"
+    assert list(tmp_path.iterdir()) == []  # nothing compiled
