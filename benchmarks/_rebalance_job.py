@@ -22,7 +22,7 @@ from kazoo.recipe.watchers import DataWatch
 from benchmarks._rebalance_report import Death
 from benchmarks._rebalance_workers import cpu_seconds, requests_of, worker_main
 from coordinator.config import JobConfig, load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.leader.service import CoordinatorService
 from groupers.measures import tasks_moved
 from metadata.model import BarrierState

@@ -34,7 +34,7 @@ def measure(
     from affinity_pipeline.cluster import StandaloneCluster, spark_session
 
     from coordinator.demo.race_ways import HOSTS
-    from coordinator.demo.zookeeper import EmbeddedZooKeeper
+    from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
     results: list[RunFigures] = []
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:

@@ -1,6 +1,6 @@
 """The Kafka broker of the tests and the demo, and the clients the executors use: how fast.
 
-On a private broker (``coordinator.demo.kafka.KafkaBroker``: KRaft, one node, Maven Central's
+On a private broker (``coordinator.launchers.kafka.KafkaBroker``: KRaft, one node, Maven Central's
 jars) on loopback:
 
 - the broker: the jar cache's size; wall time of a first start (format and start, until a
@@ -34,7 +34,7 @@ import time  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
-from coordinator.demo.kafka import KafkaBroker  # noqa: E402
+from coordinator.launchers.kafka import KafkaBroker  # noqa: E402
 from locality.spark.kafka import OffsetRange, end_offsets, read_range, write_records  # noqa: E402
 from locality.spark.maven import KAFKA_BROKER, KAFKA_VERSION, SPARK_SQL_KAFKA, jars  # noqa: E402
 

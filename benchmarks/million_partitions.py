@@ -36,7 +36,7 @@ import structlog  # noqa: E402
 from jobharness import JobHarness  # noqa: E402
 
 from benchmarks._report import DOC, table, write_section  # noqa: E402
-from coordinator.demo.zookeeper import EmbeddedZooKeeper  # noqa: E402
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper  # noqa: E402
 
 PROCESSORS = ("p-1", "p-2", "p-3")
 

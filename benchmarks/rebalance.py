@@ -2,7 +2,7 @@
 rebalance, up to P = 1,000 processors.
 
 For P = 10, 100, 300 and 1,000 processors and T = 10,000 tasks, on a private ZooKeeper server
-(:class:`coordinator.demo.zookeeper.EmbeddedZooKeeper`) on loopback:
+(:class:`coordinator.launchers.zookeeper.EmbeddedZooKeeper`) on loopback:
 
 - one :class:`coordinator.leader.service.CoordinatorService` (the real leader: election, epoch,
   watches, the ``host-affinity`` grouper in its worker process, fenced publishes) with its own
@@ -49,7 +49,7 @@ from benchmarks._rebalance_workers import (  # noqa: E402
 )
 from benchmarks._reference import get_round_trip_cpu  # noqa: E402
 from benchmarks._report import DOC, median_time, write_section  # noqa: E402
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 
 FULL = ((10, 10_000), (100, 10_000), (300, 10_000), (1000, 10_000))
 QUICK = ((5, 1_000), (10, 1_000))

@@ -2,7 +2,7 @@
 
 A job (16 tasks) with 3 coordinator replicas and 4-6 processors on 3 hosts, all real processes
 (``tests/jobharness.py``, 4 s sessions), runs on a 3-server
-:class:`~coordinator.demo.ensemble.ZooKeeperEnsemble`.
+:class:`~coordinator.launchers.ensemble.ZooKeeperEnsemble`.
 Until the time is up, the soak draws one fault after another (``random.Random(seed)``):
 
 =====================  ============================================================================
@@ -66,7 +66,7 @@ from test_coordinator_faults import (  # noqa: E402
 )
 
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
-from coordinator.demo.ensemble import ZooKeeperEnsemble  # noqa: E402
+from coordinator.launchers.ensemble import ZooKeeperEnsemble  # noqa: E402
 from metadata.zk import NotFound  # noqa: E402
 
 FAULTS = {  # kind -> weight

@@ -70,7 +70,7 @@ from benchmarks._spark_affinity_report import (  # noqa: E402
     report,
     summary,
 )
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from coordinator.member.executors import ExecutorRegistrar  # noqa: E402
 from locality.spark import (  # noqa: E402
     SparkExecutor,

@@ -42,8 +42,8 @@ from spark_app import WORKER_HOSTS  # noqa: E402
 from streaming_soak import FAULTS, FILE_ONLY, KAFKA_ONLY, TASKS, StreamingSoak  # noqa: E402
 
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
-from coordinator.demo.kafka import KafkaBroker  # noqa: E402
-from coordinator.demo.zookeeper import EmbeddedZooKeeper  # noqa: E402
+from coordinator.launchers.kafka import KafkaBroker  # noqa: E402
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper  # noqa: E402
 
 
 def draw(rng: random.Random) -> tuple[str, str]:

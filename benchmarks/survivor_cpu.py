@@ -4,7 +4,7 @@ A *survivor* is a processor that neither loses nor gains a task when another pro
 reads the new version's manifest, sees it is in neither ``losing`` nor ``gaining``, joins the
 barrier, waits for DONE and starts nothing new.
 
-On a private ZooKeeper server (:class:`coordinator.demo.zookeeper.EmbeddedZooKeeper`), this
+On a private ZooKeeper server (:class:`coordinator.launchers.zookeeper.EmbeddedZooKeeper`), this
 process plays the leader for a job of P processors and T tasks (``--size P:T``): it publishes
 job model v+1 (one task moved between two of the processors that are not measured, as after a
 death: ``base`` v, ``losing`` and ``gaining`` one each), waits for the survivors to join barrier
@@ -49,7 +49,7 @@ from typing import Any  # noqa: E402
 
 from benchmarks._rebalance_workers import count_requests, quiet, requests_of  # noqa: E402
 from benchmarks._reference import get_round_trip_cpu  # noqa: E402
-from coordinator.demo.zookeeper import EmbeddedZooKeeper  # noqa: E402
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper  # noqa: E402
 from coordinator.member.processor import ProcessorClient  # noqa: E402
 from metadata.model import (  # noqa: E402
     BarrierState,

@@ -40,7 +40,7 @@ from dataclasses import dataclass  # noqa: E402
 import structlog  # noqa: E402
 
 from benchmarks._report import DOC, machine, median_time, table, write_section  # noqa: E402
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer  # noqa: E402
 from metadata.model import (  # noqa: E402
     ContainerModel,
     FrozenMap,

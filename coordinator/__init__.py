@@ -7,9 +7,12 @@
   executors), executor registration;
 - ``streaming``: ``stateful_foreach_batch``, the Structured Streaming runtime (a Spark driver
   member, optionally embedding a coordinator replica);
-- ``cli``: the ``affinity`` command; ``demo``: ``affinity demo`` and the ZooKeeper launcher;
+- ``cli``: the ``affinity`` command; ``dev``: ``affinity dev up``; ``demo``: ``affinity demo``;
+- ``launchers``: the local daemons (ZooKeeper, an ensemble, Kafka, a Spark standalone cluster)
+  that ``dev``, ``demo``, the tests and the benchmarks start;
 - ``config`` (the job config) and ``observability`` (logging, metrics, health endpoints).
 
 The top layer: may import ``metadata``, ``groupers`` and ``locality``; nothing imports it.
-Inside, roles point one way: cli > demo > streaming > leader | member > protocol (import-linter).
+Inside, roles point one way: cli > dev | demo > launchers > streaming > leader | member | status
+> protocol, and no cycle between modules (import-linter).
 """

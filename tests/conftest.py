@@ -1,20 +1,20 @@
 """Shared fixtures. ZooKeeper: one real server per test session, a fresh job folder per test.
 
-- ``zk_server``: a private ZooKeeper (``coordinator.demo.zookeeper.EmbeddedZooKeeper``, Debian's
-  package) on a free loopback port, for the session.
+- ``zk_server``: a private ZooKeeper (``coordinator.launchers.zookeeper.EmbeddedZooKeeper``,
+  Debian's package) on a free loopback port, for the session.
   Tests must not stop or kill it; a test that needs to crash a server uses ``zk_private_server``.
 - ``zk_private_server``: a server of the test's own (about 1 s to start), free to kill/restart.
 - ``zk_client``: a started KazooClient (``metadata.zk.connect``) on ``zk_server``.
 - ``zk_job_folder``: a job folder no other test uses.
 - ``zk_store``: a ``ZkMetadataStore`` on that folder, layout created, run id ``run-1``.
-- ``zk_ensemble``: a 3-server ensemble on loopback (``coordinator.demo.ensemble``) for the
+- ``zk_ensemble``: a 3-server ensemble on loopback (``coordinator.launchers.ensemble``) for the
   session. Tests may kill, restart, freeze and thaw its servers: the fixture puts it back (every
   server running, none frozen, one leader) after each test.
 - ``zk_lagging_ensemble``: a 3-server ensemble whose server 2 reaches the others through
   pausable links (``partition()`` / ``heal()``: a lagging follower), ``syncLimit`` 10 s, for
   the session. Tests heal it before they end.
 
-Kafka: one real broker per test session (``coordinator.demo.kafka.KafkaBroker``, KRaft, jars
+Kafka: one real broker per test session (``coordinator.launchers.kafka.KafkaBroker``, KRaft, jars
 from Maven Central by ``make kafka``).
 
 - ``kafka_broker``: the session's broker, running. A test may kill, stop or restart it (it
@@ -34,9 +34,9 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.demo.ensemble import ZooKeeperEnsemble
-from coordinator.demo.kafka import KafkaBroker
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.ensemble import ZooKeeperEnsemble
+from coordinator.launchers.kafka import KafkaBroker
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from metadata.zk import ZkMetadataStore, connect
 
 

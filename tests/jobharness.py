@@ -23,8 +23,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from coordinator.demo.ensemble import ZooKeeperEnsemble
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.ensemble import ZooKeeperEnsemble
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from metadata.model import JobModel
 from metadata.zk import ZkMetadataStore, connect
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.cli.common import CommandError
-from coordinator.demo.zookeeper import ZooKeeperUnavailable
 from coordinator.dev import DEFAULT_DIR, DevEnvironment, DevError, dev_down, dev_up
 from coordinator.dev.environment import describe
+from coordinator.launchers.zookeeper import ZooKeeperUnavailable
 
 __all__ = ["add_commands"]
 

@@ -29,6 +29,7 @@ from coordinator.cli.common import CommandError, existing_job_store, quiet_loggi
 from coordinator.config import load_config
 from coordinator.escaping import rich_text
 from coordinator.status import JobStatusReader
+from metadata.model import BarrierState
 
 __all__ = ["add_commands", "render", "show_status"]
 
@@ -91,7 +92,7 @@ def _summary(document: dict[str, Any]) -> str:
             f"{len(set(barrier['joined']) & set(barrier['expected']))} of "
             f"{len(barrier['expected'])} joined"
         )
-        if barrier["state"] == "NEW" and waiting:
+        if barrier["state"] == BarrierState.NEW and waiting:
             line += f", waiting for {', '.join(map(rich_text, waiting))}"
         lines.append(line)
     processors = document["processors"]
@@ -126,8 +127,8 @@ def _rebalances(document: dict[str, Any]) -> Table:
     for entry in reversed(document["rebalances"]):
         decided = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["decided_at"]))
         kept = f"{entry['kept_local']}/{entry['with_locality']}" if entry["with_locality"] else "-"
-        outcome = rich_text(entry["outcome"])
-        outcome = outcome if outcome == "DONE" else f"[red]{outcome}[/]"
+        done = entry["outcome"] == BarrierState.DONE
+        outcome = rich_text(entry["outcome"]) if done else f"[red]{rich_text(entry['outcome'])}[/]"
         table.add_row(
             str(entry["version"]),
             decided,

@@ -3,7 +3,7 @@ side by side by Spark's own stateful operator (RocksDB state store provider, cha
 checkpointing) and by affinity's ``stateful_foreach_batch`` with a real coordinator, through an
 executor loss and an application restart (:mod:`coordinator.demo.streaming_race`).
 
-It starts a private ZooKeeper (:mod:`coordinator.demo.zookeeper`), a standalone Spark cluster
+It starts a private ZooKeeper (:mod:`coordinator.launchers.zookeeper`), a standalone Spark cluster
 with workers on 127.0.0.2-4 (one executor each) and one application running both queries on the
 same input files. affinity's driver member registers the executors as processors and follows the
 job models of a coordinator embedded in the driver; each task runs on the executor its model

@@ -28,8 +28,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from coordinator.demo.cluster import StandaloneCluster, spark_session
-from coordinator.demo.kafka import KafkaBroker
 from coordinator.demo.race_kafka import KafkaAffinityWay, KafkaRaceInput, KafkaSparkWay
 from coordinator.demo.race_ways import (
     HOSTS,
@@ -42,7 +40,9 @@ from coordinator.demo.race_ways import (
     race_config,
     spark_state_conf,
 )
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.cluster import StandaloneCluster, spark_session
+from coordinator.launchers.kafka import KafkaBroker
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from groupers.measures import tasks_moved
 
 __all__ = ["RaceBatch", "RaceInput", "RaceLog", "StreamingRace"]

@@ -7,9 +7,9 @@ use. A script reaches them through :class:`DevEnvironment`::
     spark = dev.spark_session()        # a SparkSession on its master
     config = dev.config()              # its job config (ZooKeeper, state directories)
 
-Above ``demo`` (whose launchers it uses: :mod:`coordinator.demo.zookeeper`,
-:mod:`coordinator.demo.cluster`), below ``cli``. May import everything in ``coordinator`` but
-``cli``, and the three other packages.
+Beside ``demo``, above :mod:`coordinator.launchers` (whose ZooKeeper and Spark cluster it
+starts), below ``cli``. May import everything in ``coordinator`` but ``cli`` and ``demo``, and
+the three other packages.
 """
 
 from __future__ import annotations

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from coordinator.config import JobConfig, load_config
-from coordinator.demo.cluster import StandaloneCluster, spark_session
-from coordinator.demo.processes import group_alive, stop_group
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.cluster import StandaloneCluster, spark_session
+from coordinator.launchers.processes import group_alive, stop_group
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,7 +111,7 @@ class DevEnvironment:
         return load_config(self.config_path, environ={})
 
     def spark_session(self, app_name: str = "affinity-dev", **options: Any) -> SparkSession:
-        """A SparkSession on this environment's master (:func:`coordinator.demo.cluster.
+        """A SparkSession on this environment's master (:func:`coordinator.launchers.cluster.
         spark_session`: loopback, lean executors, affinity's jar)."""
         if self.master_url is None:
             raise DevError("this dev environment has no Spark: run `affinity dev up --workers 2`")

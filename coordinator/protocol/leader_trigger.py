@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Protocol
 from metadata.model import JobModel
 
 if TYPE_CHECKING:
-    from coordinator.protocol.leader_events import CoordinatorSettings
     from coordinator.protocol.leader_recovery import Repair
 
 __all__ = ["TRIGGER_RULES", "RebalanceCause", "Trigger", "rebalance_cause"]
@@ -94,6 +93,15 @@ TRIGGER_RULES: tuple[tuple[Trigger, Callable[[_Facts], bool]], ...] = (
 )
 
 
+class _Settings(Protocol):
+    """What :func:`rebalance_cause` reads of the job's settings (a
+    :class:`~coordinator.protocol.leader_events.CoordinatorSettings`, which is not imported:
+    ``leader_events`` imports this module for :class:`Trigger`)."""
+
+    @property
+    def processor_grace_s(self) -> float: ...
+
+
 class _Job(Protocol):
     """What :func:`rebalance_cause` reads of the leader machine."""
 
@@ -104,7 +112,7 @@ class _Job(Protocol):
     repair: Repair | None
 
     @property
-    def settings(self) -> CoordinatorSettings: ...
+    def settings(self) -> _Settings: ...
 
 
 def rebalance_cause(now: float, job: _Job, vanished_since: Collection[float]) -> RebalanceCause:

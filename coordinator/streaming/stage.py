@@ -23,6 +23,7 @@ batch's output is deterministic), before the commit.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ def stage_schemas(spark: Any, output_schema: Any) -> tuple[Any, Any]:
         declared = _parse_datatype_string(declared)
     fields = [StructField(f.name, f.dataType, True) for f in declared.fields]
     struct = StructType([*fields, StructField(RESULT_COLUMN, StringType(), True)])
+    if "timezone" not in inspect.signature(to_arrow_schema).parameters:
+        return struct, to_arrow_schema(struct)  # pyspark 3.5: timestamps in UTC, no argument
     timezone = spark.conf.get("spark.sql.session.timeZone")
     return struct, to_arrow_schema(struct, timezone=timezone)
 

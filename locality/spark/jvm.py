@@ -8,11 +8,20 @@ Two small classes (source in ``locality/spark/java/affinity/spark/``) do what Py
   rows are routed to their task on the executors (exactly ``groupers.keys.stable_hash`` of the
   key's JSON text).
 
-:func:`build_jar` compiles them with ``javac --release 17`` against the jars of the installed
-pyspark and writes ``affinity-spark-<spark version>-<source hash>.jar`` into
-:func:`jar_dir` (``$AFFINITY_JAR_DIR``, else ``~/.cache/affinity``); :func:`spark_jar` returns
-that jar, building it first when it is missing (``make jar``, ``affinity spark jar`` and the
-tests call it). No binary is committed. A session must be started with the jar on its class
+Where the jar comes from (:func:`spark_jar`; ``session_conf()``, ``affinity spark jar``, ``make
+jar`` and the tests call it):
+
+- an installed wheel carries it, compiled when the wheel was built
+  (``build_support/affinity_build.py``): ``locality/spark/jars/affinity-spark-<spark
+  version>.jar`` (:func:`packaged_jar`), taken when its Spark major version is the installed
+  pyspark's; no ``javac`` needed. For a pyspark of another major version (the wheel's jar is
+  compiled against Spark 4, Scala 2.13; Spark 3.5 runs Scala 2.12) it is compiled as below;
+- a source checkout has no ``jars`` folder: :func:`build_jar` compiles the classes with ``javac
+  --release 17`` against the jars of the installed pyspark into :func:`jar_dir`
+  (``$AFFINITY_JAR_DIR``, else ``~/.cache/affinity``) as ``affinity-spark-<spark
+  version>-<source hash>.jar``, once (rebuilt when the sources or the Spark version change).
+
+No binary is committed. A session must be started with the jar on its class
 path (``spark.jars``, before the first ``getOrCreate()``): :func:`session_conf` gives the
 setting, :func:`require_classes` says exactly that when a session lacks it, or when it is a
 Spark Connect session (no JVM to reach).
@@ -34,11 +43,15 @@ from typing import Any
 
 __all__ = [
     "JAR_CONF_KEY",
+    "MIN_PYSPARK",
     "JVM_CLASSES",
     "KEY_HASH_FUNCTION",
     "JvmClassesMissing",
     "build_jar",
+    "PACKAGED_JARS",
     "jar_dir",
+    "packaged_jar",
+    "packaged_jar_name",
     "register_key_hash",
     "require_classes",
     "session_conf",
@@ -53,6 +66,10 @@ JAR_CONF_KEY = "spark.jars"
 #: The SQL function :func:`register_key_hash` registers (``affinity.spark.KeyHash``).
 KEY_HASH_FUNCTION = "affinity_key_hash"
 _SOURCES = Path(__file__).resolve().parent / "java"
+#: The oldest pyspark affinity runs on (``pyproject.toml``'s floor; README "Spark versions").
+MIN_PYSPARK = (3, 5)
+#: Where a wheel carries its jar (absent in a source checkout).
+PACKAGED_JARS = Path(__file__).resolve().parent / "jars"
 
 
 class JvmClassesMissing(RuntimeError):
@@ -118,10 +135,56 @@ def build_jar(destination: Path | None = None) -> Path:
     return target
 
 
+def packaged_jar_name(spark_version: str | None = None) -> str:
+    """The name of a wheel's jar compiled against pyspark ``spark_version`` (the installed one)."""
+    return f"affinity-spark-{spark_version or _spark_version()}.jar"
+
+
+def _major(version: str) -> str:
+    return version.split(".", 1)[0]
+
+
+def _packaged() -> dict[str, Path]:
+    """The jars an installed wheel carries, by the pyspark version each is compiled against."""
+    if not PACKAGED_JARS.is_dir():
+        return {}
+    jars = sorted(PACKAGED_JARS.glob("affinity-spark-*.jar"))
+    return {jar.name.removeprefix("affinity-spark-").removesuffix(".jar"): jar for jar in jars}
+
+
+def packaged_jar() -> Path | None:
+    """The jar an installed wheel carries for the installed pyspark (same Spark major version:
+    one Scala binary version); None in a source checkout, or when the wheel has none for it."""
+    installed = _major(_spark_version())
+    found = [jar for version, jar in _packaged().items() if _major(version) == installed]
+    return found[-1] if found else None
+
+
 def spark_jar() -> Path:
-    """The jar for the installed pyspark and the current sources, built when missing."""
+    """affinity's jar for the installed pyspark: the one an installed wheel carries
+    (:func:`packaged_jar`), else the one built from the sources (a source checkout, or a pyspark
+    whose major version the wheel has no jar for), compiled first when it is missing."""
+    installed = _spark_version()
+    if tuple(int(part) for part in installed.split(".")[:2]) < MIN_PYSPARK:
+        raise JvmClassesMissing(
+            f"affinity needs pyspark>={'.'.join(map(str, MIN_PYSPARK))}; the installed "
+            f"pyspark is {installed}"
+        )
+    packaged = packaged_jar()
+    if packaged is not None:
+        return packaged
     target = jar_dir() / _jar_name()
-    return target if target.is_file() else build_jar(target)
+    if target.is_file():
+        return target
+    try:
+        return build_jar(target)
+    except JvmClassesMissing as exc:
+        if not _packaged():
+            raise
+        raise JvmClassesMissing(
+            f"affinity's packaged Spark jar is for pyspark {', '.join(_packaged())}, the "
+            f"installed pyspark is {_spark_version()}: it compiles its own, and {exc}"
+        ) from None
 
 
 def session_conf() -> dict[str, str]:
@@ -166,6 +229,9 @@ def register_key_hash(spark: Any) -> str:
 
 
 def _suggested_jar() -> str:
+    packaged = packaged_jar()
+    if packaged is not None:
+        return str(packaged)
     target = jar_dir() / _jar_name()
     return str(target) if target.is_file() else f"{target} (not built yet)"
 

@@ -107,7 +107,9 @@ def _scala_seq(jvm: Any, items: Iterable[Any]) -> Any:
     java_list = jvm.java.util.ArrayList()
     for item in items:
         java_list.add(item)
-    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java_list).toSeq()
+    # JavaConverters: in Scala 2.12 (Spark 3.5) and 2.13 (Spark 4); an immutable List is a Seq
+    # for both makeRDD signatures
+    return jvm.scala.collection.JavaConverters.asScalaBuffer(java_list).toList()
 
 
 def _string_class_tag(jvm: Any) -> Any:

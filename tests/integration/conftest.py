@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from jobharness import JobHarness
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 
 @pytest.fixture

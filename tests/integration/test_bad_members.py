@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from jobharness import AFFINITY, JobHarness, Proc
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

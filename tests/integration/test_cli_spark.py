@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.zk import ZkMetadataStore, connect
 
 pytestmark = pytest.mark.zk

@@ -11,7 +11,7 @@ import time
 import pytest
 from jobharness import JobHarness
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

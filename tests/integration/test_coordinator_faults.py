@@ -68,7 +68,7 @@ from jobharness import JobHarness, Proc
 from kazoo.exceptions import NoNodeError
 
 from coordinator.config import load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.leader.service import CoordinatorService, job_tasks
 from coordinator.member.processor import ProcessorClient
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel

@@ -27,7 +27,7 @@ from jobharness import JobHarness
 from kazoo.client import KazooClient
 
 from coordinator.config import load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.leader.service import CoordinatorService
 from coordinator.observability import CoordinatorMetrics, HealthServer
 from groupers import TaskNameGrouper

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.config import load_config
-from coordinator.demo.zookeeper import four_letter_word
 from coordinator.dev import DevEnvironment
+from coordinator.launchers.zookeeper import four_letter_word
 
 pytestmark = pytest.mark.zk
 

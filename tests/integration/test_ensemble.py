@@ -2,7 +2,7 @@
 
 The job (16 tasks, 2 coordinator replicas, 4 processors on 3 hosts, 4 s sessions, all real
 processes: ``tests/jobharness.py``) runs on the session's ensemble (``zk_ensemble``,
-``coordinator.demo.ensemble``). Each test injects one fault:
+``coordinator.launchers.ensemble``). Each test injects one fault:
 
 - the ZooKeeper leader killed in the middle of a rebalance (once while the coordinator debounces
   a membership change, once right after it published the new version, its barrier open);
@@ -48,7 +48,7 @@ from test_coordinator_faults import (
 )
 
 from coordinator.config import load_config
-from coordinator.demo.ensemble import ZooKeeperEnsemble
+from coordinator.launchers.ensemble import ZooKeeperEnsemble
 from coordinator.leader.service import CoordinatorService
 from coordinator.member.processor import ProcessorClient
 from metadata.zk import ZkMetadataStore, connect

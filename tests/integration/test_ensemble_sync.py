@@ -24,7 +24,7 @@ import structlog
 from kazoo.client import KazooClient
 
 from coordinator.config import load_config
-from coordinator.demo.ensemble import ZooKeeperEnsemble
+from coordinator.launchers.ensemble import ZooKeeperEnsemble
 from coordinator.leader.job_state import read_job_state
 from coordinator.leader.service import job_tasks
 from coordinator.member.group import MemberGroup

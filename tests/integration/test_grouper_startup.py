@@ -26,7 +26,7 @@ import pytest
 from jobharness import JobHarness
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

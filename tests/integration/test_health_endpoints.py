@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from slowclients import SlowClients, probe
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

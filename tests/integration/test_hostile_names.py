@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from test_status_page import CHROMIUM, Chromium, Dom, get
 
 from coordinator.config import load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.observability import HealthServer
 from coordinator.status import JobStatusReader
 from coordinator.status.page import StatusPage

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from polling import model, wait_for
 
-from coordinator.demo.ensemble import ZooKeeperEnsemble
+from coordinator.launchers.ensemble import ZooKeeperEnsemble
 from coordinator.member.processor import ProcessorClient
 from metadata.model import (
     BarrierState,

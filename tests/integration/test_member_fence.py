@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from jobharness import JobHarness
 
-from coordinator.demo.ensemble import Link
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.ensemble import Link
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

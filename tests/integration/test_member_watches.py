@@ -16,7 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 from polling import model, wait_for
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.member.group import MemberGroup
 from metadata.model import (
     BarrierState,

@@ -18,7 +18,7 @@ import structlog.testing
 from kazoo.client import KazooClient
 from polling import wait_for
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
 from coordinator.protocol.rules import gaining_processors, losing_processors
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel

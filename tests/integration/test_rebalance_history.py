@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from jobharness import JobHarness
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.cli.repair import apply_step
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.protocol.repair import Kind, plan_repair
 from coordinator.status.damage import find_damage
 from metadata.model import (

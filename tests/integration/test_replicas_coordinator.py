@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pytest
 from jobharness import AFFINITY, JobHarness, Proc
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
 from metadata.model import JobModel, TaskModel
 from metadata.zk import ZkMetadataStore, connect

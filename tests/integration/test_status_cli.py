@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from jobharness import AFFINITY, JobHarness
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 

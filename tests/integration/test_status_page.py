@@ -25,7 +25,7 @@ from jobharness import JobHarness, Proc
 from prometheus_client import CollectorRegistry
 
 from coordinator.config import load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.observability import HealthServer
 from coordinator.status import JobStatusReader
 from coordinator.status.page import StatusPage

@@ -11,7 +11,7 @@ from kazoo.client import KazooClient
 from polling import wait_for
 from zkrequests import requests_sent
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import BarrierState, ContainerModel, FrozenMap, JobModel
 from metadata.zk import LeaderEpoch, NotFound, StoreUnavailable, WriteConflict, ZkMetadataStore
 

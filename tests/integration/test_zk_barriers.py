@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 from polling import wait_for
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.errors import CorruptDataError
 from metadata.model import BarrierState, ContainerModel, FrozenMap, JobModel
 from metadata.zk import LeaderEpoch, NotFound, WriteConflict, ZkMetadataStore

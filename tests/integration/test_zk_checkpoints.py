@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from groupers.keys import key_bucket
 from metadata.checkpoints import PartitionCheckpoint
 from metadata.errors import CorruptDataError

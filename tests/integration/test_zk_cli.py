@@ -17,8 +17,8 @@ import pytest
 import yaml
 from kazoo.client import KazooClient
 
-from coordinator.demo.processes import free_port
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.processes import free_port
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import (
     BarrierState,
     ContainerModel,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.leader.rebalances import RebalanceRecorder
 from coordinator.protocol.leader_events import MarkBarrier, PublishJobModel
 from coordinator.protocol.leader_trigger import RebalanceCause, Trigger

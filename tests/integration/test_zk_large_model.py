@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.processor import ProcessorClient
 from metadata.model import ContainerModel, FrozenMap, JobModel, SystemStreamPartition, TaskModel
 from metadata.zk import ZkMetadataStore

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.errors import CorruptDataError
 from metadata.zk import SAFE_REQUEST_BYTES, ZkMetadataStore
 

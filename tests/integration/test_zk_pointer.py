@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 from zkrequests import requests_sent
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.model import ContainerModel, FrozenMap, JobModel
 from metadata.zk import ZkMetadataStore
 

@@ -13,7 +13,7 @@ import structlog.testing
 from kazoo.client import KazooClient
 from polling import wait_for
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.executors import ExecutorRegistrar
 from locality.spark import SparkExecutor
 from metadata.zk import ZkMetadataStore

@@ -16,8 +16,8 @@ import structlog.testing
 from kazoo.client import KazooClient
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
-from coordinator.demo.zookeeper import TlsFiles
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import TlsFiles
 from metadata.model import ContainerModel, FrozenMap, JobModel
 from metadata.zk import PermissionDenied, StoreUnavailable, UnsafeAcl, ZkMetadataStore
 

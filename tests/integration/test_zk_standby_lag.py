@@ -8,7 +8,7 @@ import pytest
 import structlog.testing
 from kazoo.client import KazooClient
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from metadata.errors import CorruptDataError
 from metadata.zk import ZkMetadataStore
 

@@ -11,7 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from coordinator.demo.kafka import KafkaBroker, KafkaUnavailable, live_brokers, random_cluster_id
+from coordinator.launchers.kafka import (
+    KafkaBroker,
+    KafkaUnavailable,
+    live_brokers,
+    random_cluster_id,
+)
 from locality.spark.kafka import OffsetRange, end_offsets, read_range, write_records
 from locality.spark.maven import (
     KAFKA_BROKER,

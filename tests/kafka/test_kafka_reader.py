@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from coordinator.demo.kafka import KafkaBroker
+from coordinator.launchers.kafka import KafkaBroker
 from locality.spark.kafka import (
     RECORD_SCHEMA,
     KafkaClientConfig,

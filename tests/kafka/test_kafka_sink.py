@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from coordinator.demo.kafka import KafkaBroker
+from coordinator.launchers.kafka import KafkaBroker
 from locality.spark.kafka import (
     KafkaClientConfig,
     KafkaPartition,

@@ -17,7 +17,7 @@ import pytest
 from docs_snippets import snippet
 from spark_app import SparkApp
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 pytestmark = pytest.mark.spark
 

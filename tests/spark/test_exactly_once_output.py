@@ -19,8 +19,8 @@ from spark_app import SparkApp
 from streaming_soak import InjectedCrash, crash_after_commit
 from test_kafka_query import OUTPUT, count, kafka_config, produce
 
-from coordinator.demo.kafka import KafkaBroker
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.kafka import KafkaBroker
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming.kafka_query import KafkaQuery, stateful_kafka_query
 from locality.spark.kafka import OffsetRange, end_offsets, read_range
 from locality.spark.state import latest_commit

@@ -20,7 +20,7 @@ from pyspark import cloudpickle
 from spark_app import SparkApp
 
 from coordinator.config import load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import stateful_foreach_batch
 from coordinator.streaming.heartbeat import HEARTBEAT_COLUMN, drop_heartbeats, with_heartbeat
 from coordinator.streaming.query import StatefulQuery

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from spark_app import SparkApp
 
-from coordinator.demo.kafka import KafkaBroker
+from coordinator.launchers.kafka import KafkaBroker
 from locality.spark.kafka import OffsetRange, end_offsets, read_range, write_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]

@@ -21,8 +21,8 @@ from spark_app import SparkApp
 from stalls import kill_when_marked, stalls_once
 
 from coordinator.config import JobConfig, load_config
-from coordinator.demo.kafka import KafkaBroker
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.kafka import KafkaBroker
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming.kafka_query import KafkaQuery, stateful_kafka_query
 from locality.spark.kafka import (
     OffsetRange,

@@ -20,7 +20,7 @@ from spark_app import SparkApp
 from groupers.keys import stable_hash
 from locality.spark import SparkExecutors
 from locality.spark.jvm import register_key_hash
-from locality.spark.pinned_shuffle import pinned_shuffle
+from locality.spark.pinned_shuffle import pinned_shuffle, repartition_by_id, spark_hash_int
 from locality.spark.state.keyspace import key_text
 
 pytestmark = pytest.mark.spark
@@ -131,3 +131,26 @@ spark.stop()
     assert refused, done.stdout + done.stderr[-3000:]
     assert "affinity.spark.PinnedRDD" in refused[0] and "spark.jars=" in refused[0]
     assert not durable.exists()  # no pending record, no checkpoint: nothing was touched
+
+
+def test_a_pyspark_without_repartition_by_id_gets_the_same_partitions(spark_app: SparkApp) -> None:
+    """Before pyspark 4.1 (no ``repartitionById``) the hash partitioning on partition keys puts
+    row r in partition ``r.task``, as ``repartitionById`` does; Spark's ``hash()`` is
+    :func:`spark_hash_int`."""
+    spark: Any = spark_app.session
+    n = 13
+    df = spark.range(0, 1300, numPartitions=3).selectExpr("cast(id % 13 as int) AS task")
+
+    class Old:  # the DataFrame of a pyspark before 4.1: no repartitionById
+        def __init__(self, frame: Any) -> None:
+            self.repartition = frame.repartition
+
+    def tasks_by_partition(frame: Any) -> list[list[int]]:
+        seen = frame.rdd.mapPartitionsWithIndex(lambda i, rows: [(i, {r.task for r in rows})])
+        return [sorted(s) for _, s in sorted(seen.collect())]
+
+    assert tasks_by_partition(repartition_by_id(Old(df), n, "task")) == [[i] for i in range(n)]
+    assert tasks_by_partition(repartition_by_id(df, n, "task")) == [[i] for i in range(n)]
+    values = [0, 1, -1, 42, 2**31 - 1, -(2**31), 123456789]
+    hashed = spark.createDataFrame([(v,) for v in values], "v int").selectExpr("hash(v) AS h")
+    assert [r.h for r in hashed.collect()] == [spark_hash_int(v) for v in values]

@@ -37,7 +37,7 @@ from kubeapi import ApiStub, make_cert, serve_api
 from spark_app import SparkApp, stop_active_session
 
 from coordinator.config import JobConfig, load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import BatchReport, StatefulQuery, stateful_foreach_batch
 from locality.base import LocationError
 from locality.spark import SparkExecutors

@@ -6,7 +6,7 @@ import pytest
 from kazoo.client import KazooClient
 from spark_app import SparkApp
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper as ZooKeeperServer
 from coordinator.member.executors import ExecutorRegistrar
 from locality.spark import ProbedLocations, SparkExecutors
 from metadata.zk import ZkMetadataStore

@@ -26,7 +26,7 @@ from pyspark import cloudpickle
 from spark_app import SparkApp
 
 from coordinator.config import JobConfig, load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import stateful_foreach_batch
 from coordinator.streaming.query import BatchReport, StatefulQuery, StreamingBatchError
 from locality.spark.state import latest_commit

@@ -26,7 +26,7 @@ from spark_app import SparkApp
 from stalls import kill_when_marked, stalls_once
 from test_stateful_streaming import FileQuery, Sink, job_config
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import StatefulQuery, stateful_foreach_batch
 
 pytestmark = pytest.mark.spark

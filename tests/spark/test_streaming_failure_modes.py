@@ -20,7 +20,7 @@ from pyspark import cloudpickle
 from spark_app import WORKER_HOSTS, SparkApp, stop_active_session
 
 from coordinator.config import JobConfig, load_config
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import stateful_foreach_batch
 from coordinator.streaming.query import StatefulQuery
 from locality.spark.state import DirectoryStateStorage, latest_commit

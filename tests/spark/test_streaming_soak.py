@@ -14,8 +14,8 @@ import pytest
 from spark_app import stop_active_session
 from streaming_soak import FAULTS, TASKS, StreamingSoak
 
-from coordinator.demo.kafka import KafkaBroker
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.kafka import KafkaBroker
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 
 pytestmark = pytest.mark.spark
 

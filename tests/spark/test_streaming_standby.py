@@ -22,7 +22,7 @@ from pyspark import cloudpickle
 from spark_app import SparkApp
 from test_stateful_streaming import FileQuery, Sink, job_config
 
-from coordinator.demo.zookeeper import EmbeddedZooKeeper
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import stateful_foreach_batch
 from coordinator.streaming.query import StatefulQuery
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.demo.cluster import executor_pythonpath, import_root
+from coordinator.launchers.cluster import executor_pythonpath, import_root
 
 
 @pytest.fixture

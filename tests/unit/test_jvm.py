@@ -62,3 +62,37 @@ def test_affinity_spark_jar_prints_the_jar(
     monkeypatch.setenv("AFFINITY_JAR_DIR", str(tmp_path / "empty"))
     assert main(["spark", "jar"]) == 2
     assert "javac not found" in capsys.readouterr().err
+
+
+def test_a_packaged_jar_is_taken_first_and_needs_no_javac(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed wheel's jars folder: the jar of the installed pyspark's major version is
+    taken (no javac, nothing built into the cache); with one for another major only, the jar is
+    compiled, and without javac the error names both versions."""
+    packaged = tmp_path / "jars"
+    packaged.mkdir()
+    monkeypatch.setattr(jvm, "PACKAGED_JARS", packaged)
+    monkeypatch.setattr(jvm, "_spark_version", lambda: "3.5.9")
+    monkeypatch.setattr(jvm.shutil, "which", lambda name: None)
+    monkeypatch.setenv("AFFINITY_JAR_DIR", str(tmp_path / "cache"))
+    (packaged / jvm.packaged_jar_name("4.3.0")).write_bytes(b"")
+    with pytest.raises(
+        jvm.JvmClassesMissing, match=r"for pyspark 4\.3\.0, the installed pyspark is 3\.5\.9.*javac"
+    ):
+        jvm.spark_jar()
+    monkeypatch.setattr(jvm, "_spark_version", lambda: "4.1.0")
+    assert jvm.spark_jar() == packaged / "affinity-spark-4.3.0.jar"
+    assert jvm.session_conf() == {"spark.jars": str(packaged / "affinity-spark-4.3.0.jar")}
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_pyspark_older_than_the_floor_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AFFINITY_JAR_DIR", str(tmp_path))
+    monkeypatch.setattr(jvm, "_spark_version", lambda: "3.4.1")
+    with pytest.raises(jvm.JvmClassesMissing) as refused:
+        jvm.session_conf()
+    assert str(refused.value) == "affinity needs pyspark>=3.5; the installed pyspark is 3.4.1"
+    assert list(tmp_path.iterdir()) == []  # nothing compiled

@@ -1,6 +1,6 @@
-"""The local Spark standalone cluster for this pipeline: :mod:`coordinator.demo.cluster` (installed
-with affinity; ``affinity dev up`` starts one too), with the pipeline's package on the executors'
-``PYTHONPATH`` so it runs even where it is not installed into the executors' Python::
+"""The local Spark standalone cluster for this pipeline: :mod:`coordinator.launchers.cluster`
+(installed with affinity; ``affinity dev up`` starts one too), with the pipeline's package on the
+executors' ``PYTHONPATH`` so it runs even where it is not installed into the executors' Python::
 
     with StandaloneCluster(workdir, ["127.0.0.2", "127.0.0.3"]) as cluster:
         spark = spark_session(cluster.master_url, app_name="demo")
@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import affinity_pipeline
-from coordinator.demo.cluster import (
+from coordinator.launchers.cluster import (
     ExecutorProcess,
     StandaloneCluster,
     free_port,
     spark_home,
 )
-from coordinator.demo.cluster import executor_pythonpath as _executor_pythonpath
-from coordinator.demo.cluster import spark_session as _spark_session
+from coordinator.launchers.cluster import executor_pythonpath as _executor_pythonpath
+from coordinator.launchers.cluster import spark_session as _spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,5 +41,6 @@ def executor_pythonpath() -> str:
 def spark_session(
     master: str, *, app_name: str = "affinity-pipeline", **options: Any
 ) -> SparkSession:
-    """:func:`coordinator.demo.cluster.spark_session` with this package on the executors' path."""
+    """:func:`coordinator.launchers.cluster.spark_session` with this package on the executors'
+    path."""
     return _spark_session(master, app_name=app_name, python_modules=(affinity_pipeline,), **options)

@@ -7,7 +7,7 @@ Tracking: ``low``, the smallest length the list had since the checkpoint, and th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from locality.spark.state.objectspace.encoding import (
     JSON,
@@ -17,10 +17,7 @@ from locality.spark.state.objectspace.encoding import (
     int_field,
     json_list,
 )
-from locality.spark.state.objectspace.objects import PersistedObject
-
-if TYPE_CHECKING:
-    from locality.spark.state.objectspace.keygroup import KeyGroup
+from locality.spark.state.objectspace.objects import Owner, PersistedObject
 
 __all__ = ["PersistedList"]
 
@@ -31,7 +28,7 @@ class PersistedList(PersistedObject):
     kind: ClassVar[ObjectKind] = "list"
     __slots__ = ("_changed", "_items", "_low")
 
-    def __init__(self, name: str, owner: KeyGroup, items: list[JSON]) -> None:
+    def __init__(self, name: str, owner: Owner, items: list[JSON]) -> None:
         super().__init__(name, owner)
         self._items = items
         self._low = len(items)  # items[_low:] are rewritten at the next checkpoint

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from locality.spark.state.objectspace.encoding import (
     JSON,
@@ -12,10 +12,7 @@ from locality.spark.state.objectspace.encoding import (
     json_list,
     json_problem,
 )
-from locality.spark.state.objectspace.objects import PersistedObject
-
-if TYPE_CHECKING:
-    from locality.spark.state.objectspace.keygroup import KeyGroup
+from locality.spark.state.objectspace.objects import Owner, PersistedObject
 
 __all__ = ["PersistedMap"]
 
@@ -30,7 +27,7 @@ class PersistedMap(PersistedObject, MutableMapping[str, JSON]):
     kind: ClassVar[ObjectKind] = "map"
     __slots__ = ("_changed", "_entries")
 
-    def __init__(self, name: str, owner: KeyGroup, entries: dict[str, JSON]) -> None:
+    def __init__(self, name: str, owner: Owner, entries: dict[str, JSON]) -> None:
         super().__init__(name, owner)
         self._entries = entries
         self._changed: set[str] = set()  # keys set or deleted since the checkpoint

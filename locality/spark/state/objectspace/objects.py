@@ -4,13 +4,15 @@ An object belongs to one key group (``owner``); every mutation marks its name in
 dirty set and records, in the object, what changed since the last checkpoint (see the package
 docstring, "Dirty tracking"). Lists and maps live in :mod:`.lists` and :mod:`.maps`.
 
-Imports only :mod:`.encoding` (and the key group's type, for annotations).
+Imports only :mod:`.encoding`: an object sees its key group through :class:`Owner` (what it
+reads of a :class:`~.keygroup.KeyGroup`), so the key group imports the object kinds and none of
+them imports it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from locality.spark.state.objectspace.encoding import (
     JSON,
@@ -20,10 +22,17 @@ from locality.spark.state.objectspace.encoding import (
     check_json,
 )
 
-if TYPE_CHECKING:
-    from locality.spark.state.objectspace.keygroup import KeyGroup
+__all__ = ["Owner", "PersistedObject", "PersistedValue"]
 
-__all__ = ["PersistedObject", "PersistedValue"]
+
+class Owner(Protocol):
+    """What a persisted object reads of the key group it belongs to: its number and its dirty
+    set (the names changed since the last checkpoint)."""
+
+    _dirty: set[str]
+
+    @property
+    def key_group(self) -> int: ...
 
 
 class PersistedObject:
@@ -33,9 +42,9 @@ class PersistedObject:
     kind: ClassVar[ObjectKind]
     __slots__ = ("_name", "_new", "_owner")
 
-    def __init__(self, name: str, owner: KeyGroup) -> None:
+    def __init__(self, name: str, owner: Owner) -> None:
         self._name = name
-        self._owner: KeyGroup | None = owner
+        self._owner: Owner | None = owner
         self._new = False
 
     @property
@@ -52,7 +61,7 @@ class PersistedObject:
         owner = self._live()
         return self._name in owner._dirty
 
-    def _live(self) -> KeyGroup:
+    def _live(self) -> Owner:
         owner = self._owner
         if owner is None:
             raise ObjectSpaceError(
@@ -97,7 +106,7 @@ class PersistedValue(PersistedObject):
     kind: ClassVar[ObjectKind] = "value"
     __slots__ = ("_value",)
 
-    def __init__(self, name: str, owner: KeyGroup, value: JSON) -> None:
+    def __init__(self, name: str, owner: Owner, value: JSON) -> None:
         super().__init__(name, owner)
         self._value = value
 

@@ -9,7 +9,7 @@ import org.apache.spark.rdd.RDD;
 
 import scala.collection.Iterator;
 import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
+import scala.collection.JavaConverters;
 import scala.reflect.ClassTag;
 
 /**
@@ -22,6 +22,10 @@ import scala.reflect.ClassTag;
  * partition its own preference, which the DAGScheduler asks before it walks to the parent, so
  * partition i (task i, by {@code repartitionById}) runs on the executor the job model names.
  * The locations are driver-only (transient): executors only compute.
+ *
+ * <p>One source for Spark 3.5 (Scala 2.12) and Spark 4 (Scala 2.13), compiled against the
+ * installed pyspark's jars: {@code immutable.Seq} overrides 2.12's {@code collection.Seq}
+ * covariantly, and {@code JavaConverters} is in both (deprecated in 2.13).
  */
 public final class PinnedRDD<T> extends RDD<T> {
   private static final long serialVersionUID = 1L;
@@ -55,6 +59,6 @@ public final class PinnedRDD<T> extends RDD<T> {
     String location = locations == null ? null : locations.get(split.index());
     List<String> preferred =
         location == null || location.isEmpty() ? List.of() : List.of(location);
-    return CollectionConverters.asScala(preferred).toList();
+    return JavaConverters.asScalaBuffer(preferred).toList();
   }
 }

@@ -1,8 +1,8 @@
 """Local daemons' process helpers: a free port, waiting until a process is ready (or has exited),
 stopping processes (SIGTERM, then SIGKILL) or killing them at once, one process or its whole
 group; and :class:`LocalDaemon`, what one server process of ours does besides starting (its log,
-stop, kill, restart), the base of :class:`~coordinator.demo.zookeeper.EmbeddedZooKeeper` and
-:class:`~coordinator.demo.kafka.KafkaBroker`. Every daemon we start uses them (the Spark
+stop, kill, restart), the base of :class:`~coordinator.launchers.zookeeper.EmbeddedZooKeeper` and
+:class:`~coordinator.launchers.kafka.KafkaBroker`. Every daemon we start uses them (the Spark
 cluster too)."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ port, and expires a client's session for real::
 ``tls=True`` adds a TLS client port (``secure_hosts``; ``tls``: a throw-away CA's PEM files).
 Nothing is mocked; everything binds to 127.0.0.1. The process helpers (:func:`free_port`,
 :func:`wait_until`, :func:`stop_processes`, :func:`kill_process`), which serve every local daemon
-we start (e.g. the example's Spark cluster), are in :mod:`coordinator.demo.processes`. An
+we start (e.g. the example's Spark cluster), are in :mod:`coordinator.launchers.processes`. An
 ensemble on loopback would be three servers whose :meth:`~EmbeddedZooKeeper._config_lines` get
 its ``server.N`` lines (and ``data/myid``), with their ``hosts`` joined; each server's process
 life cycle stays as it is.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient, KazooState
 
-from coordinator.demo.processes import (
+from coordinator.launchers.processes import (
     LocalDaemon,
     ProcessExited,
     free_port,

@@ -5,7 +5,7 @@ middle of a rebalance, a follower that lags behind the leader (SAMZA-2301), a se
 while its clients wait. :class:`ZooKeeperEnsemble` starts ``size`` servers of Debian's
 ``zookeeper`` package (``QuorumPeerMain``) on free 127.0.0.1 ports, each an
 :class:`EnsembleServer`: the standalone launcher's process life cycle and config lines
-(:class:`~coordinator.demo.zookeeper.EmbeddedZooKeeper`) plus the ``server.N`` lines and
+(:class:`~coordinator.launchers.zookeeper.EmbeddedZooKeeper`) plus the ``server.N`` lines and
 ``data/myid``. ::
 
     with ZooKeeperEnsemble(workdir) as ensemble:
@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from coordinator.demo.processes import free_port
-from coordinator.demo.zookeeper import MAIN_CLASS, EmbeddedZooKeeper, four_letter_word
+from coordinator.launchers.processes import free_port
+from coordinator.launchers.zookeeper import MAIN_CLASS, EmbeddedZooKeeper, four_letter_word
 
 __all__ = ["QUORUM_MAIN_CLASS", "EnsembleServer", "Link", "ZooKeeperEnsemble"]
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
-from coordinator.demo.processes import (
+from coordinator.launchers.processes import (
     free_port,
     kill_process,
     port_open,

@@ -18,7 +18,7 @@ topics can be created). It stops with SIGTERM (SIGKILL if it lingers), dies with
 
 Settings favour a small, fast single node (one partition for the internal topics, replication
 factor 1, no automatic topic creation); ``settings`` overrides or adds ``server.properties``
-lines. The process helpers are :mod:`coordinator.demo.processes`; the topic operations are
+lines. The process helpers are :mod:`coordinator.launchers.processes`; the topic operations are
 :mod:`locality.spark.kafka.admin` (confluent-kafka, imported when called).
 """
 
@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from coordinator.demo.processes import (
+from coordinator.launchers.processes import (
     LocalDaemon,
     ProcessExited,
     free_port,
