@@ -12,8 +12,10 @@ batch :meth:`StreamingSoak.check` compares:
 - the **state**, read back from durable storage alone along the latest commit's chain heads (as
   a restore reads it: a committed file missing shows here even while local copies hide it), with
   the reference counts of every record up to the commit: each record counted once;
-- every **output** a batch id delivered (a batch may be delivered again after a failure: at
-  least once) with the reference output of that batch.
+- every **output** a batch id delivered to the sink (a batch may be delivered again after a
+  failure: at least once) with the reference output of that batch;
+- the Kafka query's **output topic** (``delivery="exactly-once"``), read committed: every
+  reference output record of every batch exactly once (0 duplicates, 0 missing).
 
 A mismatch is a **violation** (recorded, and the soak goes on). The faults
 (:data:`FAULTS`), each applied around one batch of one query:
@@ -57,7 +59,7 @@ from coordinator.streaming import stateful_foreach_batch
 from coordinator.streaming.kafka_query import KafkaQuery, stateful_kafka_query
 from coordinator.streaming.query import StatefulQuery
 from coordinator.streaming.runtime import QueryRuntime
-from locality.spark.kafka import OffsetRange, read_ranges, write_records
+from locality.spark.kafka import OffsetRange, end_offsets, read_ranges, write_records
 from locality.spark.state import DirectoryStateStorage, latest_commit
 from locality.spark.state.objectspace import ObjectSpace
 
@@ -263,9 +265,10 @@ class KafkaWorkload:
 
     name = "kafka"
 
-    def __init__(self, soak: StreamingSoak, topic: str) -> None:
+    def __init__(self, soak: StreamingSoak, topic: str, output_topic: str) -> None:
         self.soak = soak
         self.topic = topic
+        self.output_topic = output_topic  # exactly once: each batch's output once, committed
         self.config = soak_config(soak.zk_hosts, soak.tmp, "soak-kafka", "kafka", topic)
         self.sink = Deliveries()
         self.produced = 0
@@ -280,7 +283,7 @@ class KafkaWorkload:
         self.query = stateful_kafka_query(
             self.soak.function, spark=self.soak.app.session, kafka=self.soak.broker_servers,
             output_schema="key string, n long", state_schema="n long", config=self.config,
-            sink=self.sink,
+            sink=self.sink, output_topic=self.output_topic,
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -323,6 +326,26 @@ class KafkaWorkload:
         table = read_ranges(self.soak.broker_servers, ranges)
         return [bytes(k).decode() for k in table.column("key").to_pylist()]
 
+    def _published(self) -> Counter[tuple[str, int]]:
+        """(key, count) of every record a read_committed reader sees in the output topic."""
+        ends = end_offsets(self.soak.broker_servers, [self.output_topic])
+        ranges = [OffsetRange(p.topic, p.partition, 0, end) for p, end in sorted(ends.items())]
+        table = read_ranges(self.soak.broker_servers, ranges)
+        rows = [json.loads(v) for v in table.column("value").to_pylist()]
+        return Counter((str(r["key"]), int(r["n"])) for r in rows)
+
+    def _topic_problems(self, outputs: list[list[tuple[str, int]]]) -> list[str]:
+        expected: Counter[tuple[str, int]] = Counter(row for rows in outputs for row in rows)
+        seen = self._published()
+        if seen == expected:
+            return []
+        twice = sorted(k for k, n in seen.items() if n > expected.get(k, 0))
+        missing = sorted(k for k, n in expected.items() if seen.get(k, 0) < n)
+        return [
+            f"{self.name}: output topic: {len(twice)} records more than once {twice[:3]}, "
+            f"{len(missing)} missing {missing[:3]}"
+        ]
+
     def check(self) -> list[str]:
         committed, counts = durable_counts(self.config)
         self._record_latest()
@@ -336,6 +359,7 @@ class KafkaWorkload:
         outputs, after = reference_outputs(batches)
         latest = max(self.ends, default=-1)
         found = _state_problems(self.name, committed, latest, counts, after)
+        found += self._topic_problems(outputs)
         return found + _output_problems(self.name, self.sink, outputs)
 
 
@@ -380,6 +404,7 @@ class StreamingSoak:
         self, cluster: Any, zk: Any, broker: Any, topic: str, tmp: Path, log: Callable[[str], None]
     ) -> None:
         self.cluster, self.zk, self.broker, self.tmp, self.log = cluster, zk, broker, tmp, log
+        self.output_topic = f"{topic}-out"
         self.zk_hosts = zk.hosts
         self.broker_servers = broker.bootstrap_servers
         self.control = tmp / "control"
@@ -394,7 +419,9 @@ class StreamingSoak:
 
     def start(self) -> None:
         self.app.start()
-        self.workloads = {"file": FileWorkload(self), "kafka": KafkaWorkload(self, self.topic)}
+        self.broker.create_topic(self.output_topic, 3)
+        kafka = KafkaWorkload(self, self.topic, self.output_topic)
+        self.workloads = {"file": FileWorkload(self), "kafka": kafka}
         for workload in self.workloads.values():
             workload.start()
 
