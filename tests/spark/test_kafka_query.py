@@ -327,3 +327,52 @@ def test_a_query_through_sparks_connector_takes_the_shuffle_path(
         b: rows for b, rows in expected.items() if rows
     }
     assert all(r.driver_rows == 0 for r in handler.reports)
+
+
+def test_records_deleted_before_they_were_read_fail_or_are_skipped(
+    app: SparkApp,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    """Retention deleted records the query had not read: the batch fails naming the partition,
+    the offset expected and the first available (``fail_on_data_loss``, the default); with it
+    off, the gap is skipped; a partition never read starts where ``starting_offsets`` says."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from coordinator.streaming.runtime import StreamingBatchError
+
+    assert app.session is not None
+    topic = kafka_topic(1)
+    config = kafka_config(zk_server, tmp_path, topic, 1)
+
+    def make(**options: Any) -> KafkaQuery:
+        return stateful_kafka_query(
+            count, spark=app.session, kafka=kafka_broker.bootstrap_servers, output_schema=OUTPUT,
+            state_schema="n long, total long", config=config, sink=lambda df, b: None,
+            **options,
+        )  # fmt: skip
+
+    produce(kafka_broker, topic, 0, 100)
+    query = make(starting_offsets={topic: {"0": 40}})
+    try:
+        assert query.run_batch().rows_in == 60  # a partition never read: from offset 40
+        produce(kafka_broker, topic, 100, 100)
+        admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+        for future in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+            future.result(timeout=30)
+        with pytest.raises(
+            StreamingBatchError,
+            match=rf"partition {topic}-0: the next record to read is offset 100, but the first "
+            r"still in the log is 150 \(retention deleted 50 records",
+        ):
+            query.run_batch()
+    finally:
+        query.close()
+    skipping = make(fail_on_data_loss=False)
+    try:
+        assert skipping.run_batch().rows_in == 50  # the gap skipped: offsets 150-199
+    finally:
+        skipping.close()
