@@ -135,12 +135,14 @@ def soak_config(zk_hosts: str, tmp: Path, name: str, system: str, stream: str) -
 
 
 def durable_counts(config: JobConfig) -> tuple[int, dict[str, int]]:
-    """(the latest committed batch, key -> count) read from durable storage alone."""
+    """(the latest committed batch, key -> count) read from durable storage alone, along the
+    latest commit's chain heads (as a restore reads it)."""
     storage = DirectoryStateStorage(config.state.checkpoint_dir)
     commit = latest_commit(storage)
     if commit is None:
         return -1, {}
-    space, _ = ObjectSpace.load(storage, range(MAXP), max_parallelism=MAXP, heads=commit.heads)
+    groups, maxp = range(config.state.max_parallelism), config.state.max_parallelism
+    space, _ = ObjectSpace.load(storage, groups, max_parallelism=maxp, heads=commit.heads)
     counts: dict[str, int] = {}
     for g in space.key_groups:
         group = space.group(g)

@@ -18,13 +18,12 @@ import pytest
 from affinity_pipeline.cluster import StandaloneCluster
 from pyspark import cloudpickle
 from spark_app import WORKER_HOSTS, SparkApp, stop_active_session
+from streaming_soak import durable_counts
 
 from coordinator.config import JobConfig, load_config
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import stateful_foreach_batch
 from coordinator.streaming.query import StatefulQuery
-from locality.spark.state import DirectoryStateStorage, latest_commit
-from locality.spark.state.objectspace import ObjectSpace
 from metadata.zk.errors import StoreUnavailable
 
 pytestmark = pytest.mark.spark
@@ -123,19 +122,10 @@ def reference(batches: list[list[str]]) -> tuple[dict[int, list[tuple[str, int]]
 
 
 def durable_state(config: JobConfig) -> dict[str, int]:
-    """The state a restore would load: every key group along the latest commit's chain heads,
-    read from durable storage alone."""
-    storage = DirectoryStateStorage(config.state.checkpoint_dir)
-    commit = latest_commit(storage)
-    assert commit is not None and commit.heads is not None
-    space, _ = ObjectSpace.load(storage, range(MAXP), max_parallelism=MAXP, heads=commit.heads)
-    state: dict[str, int] = {}
-    for g in space.key_groups:
-        group = space.group(g)
-        if "state" in group:
-            for key, value in group.get_map("state").items():
-                state[json.loads(key)[0]] = int(value[0])  # type: ignore[index]
-    return state
+    """The state a restore would load, read from durable storage alone."""
+    committed, counts = durable_counts(config)
+    assert committed >= 0
+    return counts
 
 
 @pytest.fixture

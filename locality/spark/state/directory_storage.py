@@ -18,7 +18,8 @@ __all__ = ["DirectoryStateStorage"]
 
 
 class DirectoryStateStorage(DirectoryStorage):
-    """:class:`Storage` in a directory: ``<root>/keygroups/`` and ``<root>/records/``."""
+    """:class:`Storage` in a directory: ``<root>/keygroups/``, ``<root>/records/`` and
+    ``<root>/outputs/``."""
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         super().__init__(Path(root) / "keygroups", fsync=fsync)
@@ -26,45 +27,16 @@ class DirectoryStateStorage(DirectoryStorage):
         self.records = Path(root) / "records"
 
     def list_records(self) -> list[str]:
-        try:
-            return sorted(n for n in os.listdir(self.records) if not n.startswith("."))
-        except FileNotFoundError:
-            return []
+        return _listed(self.records)
 
     def read_record(self, name: str) -> bytes | None:
-        try:
-            return (self.records / name).read_bytes()
-        except FileNotFoundError:
-            return None
+        return _read(self.records / name)
 
     def put_record(self, name: str, data: bytes) -> None:
-        self.records.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.records)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                if self.fsync:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            os.replace(tmp, self.records / name)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        self._write(self.records, name, data, replace=True)
 
     def create_record(self, name: str, data: bytes) -> None:
-        self.records.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.records)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                if self.fsync:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            try:
-                os.link(tmp, self.records / name)
-            except FileExistsError:
-                raise FileExistsError(f"{self.records / name} already exists") from None
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        self._write(self.records, name, data, replace=False)
 
     def delete_record(self, name: str) -> None:
         (self.records / name).unlink(missing_ok=True)
@@ -74,32 +46,37 @@ class DirectoryStateStorage(DirectoryStorage):
         return self.state_root / "outputs"
 
     def put_output(self, name: str, data: bytes) -> None:
-        self.outputs.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.outputs)
+        self._write(self.outputs, name, data, replace=True)
+
+    def read_output(self, name: str) -> bytes | None:
+        return _read(self.outputs / name)
+
+    def list_outputs(self) -> list[str]:
+        return _listed(self.outputs)
+
+    def delete_output(self, name: str) -> None:
+        (self.outputs / name).unlink(missing_ok=True)
+
+    def _write(self, folder: Path, name: str, data: bytes, *, replace: bool) -> None:
+        """Write ``folder/name`` atomically (a fsynced temporary file, then ``os.replace``, or
+        ``os.link``, which fails if the name exists, when not ``replace``)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 if self.fsync:
                     handle.flush()
                     os.fsync(handle.fileno())
-            os.replace(tmp, self.outputs / name)
+            if replace:
+                os.replace(tmp, folder / name)
+                return
+            try:
+                os.link(tmp, folder / name)
+            except FileExistsError:
+                raise FileExistsError(f"{folder / name} already exists") from None
         finally:
             Path(tmp).unlink(missing_ok=True)
-
-    def read_output(self, name: str) -> bytes | None:
-        try:
-            return (self.outputs / name).read_bytes()
-        except FileNotFoundError:
-            return None
-
-    def list_outputs(self) -> list[str]:
-        try:
-            return sorted(n for n in os.listdir(self.outputs) if not n.startswith("."))
-        except FileNotFoundError:
-            return []
-
-    def delete_output(self, name: str) -> None:
-        (self.outputs / name).unlink(missing_ok=True)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DirectoryStateStorage) and other.state_root == self.state_root
@@ -109,3 +86,17 @@ class DirectoryStateStorage(DirectoryStorage):
 
     def __repr__(self) -> str:
         return f"DirectoryStateStorage({str(self.state_root)!r})"
+
+
+def _listed(folder: Path) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(folder) if not n.startswith("."))
+    except FileNotFoundError:
+        return []
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
