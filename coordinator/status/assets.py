@@ -84,14 +84,14 @@ function treeNode(node, byId) {
   }
   return li;
 }
-function bars(rows, cls) {
+function bars(rows, cls, fmt) {
   const max = Math.max(1, ...rows.map(r => r[1]));
   const box = el("div", {class: "bars"});
   for (const [label, value, id] of rows) {
     box.append(el("div", {class: "row", "data-id": id},
       el("span", {class: "label", title: label}, label),
       el("span", {class: "bar " + (cls || ""), style: "width:" + (value / max * 60) + "%"}),
-      el("span", {class: "n"}, value)));
+      el("span", {class: "n"}, fmt ? fmt(value) : value)));
   }
   return box;
 }
@@ -163,7 +163,7 @@ function drawBatches(batches) {
     document.getElementById(id).hidden = batches.length === 0;
   if (!batches.length) return;
   document.getElementById("batch-times").replaceChildren(
-      bars(batches.map(b => ["batch " + b.batch, b.seconds, "b" + b.batch])));
+      bars(batches.map(b => ["batch " + b.batch, b.seconds, "b" + b.batch]), "", secs));
   const head = el("tr", {}, ...["batch", "seconds", "rows", "warm", "restored", "new",
       "bytes restored", "bytes written", "pinned"].map(h => el("th", {class: "num"}, h)),
       el("th", {}, "lag"));
@@ -222,17 +222,17 @@ PAGE = (
 <div class="sub"><span id="who"></span> &middot; <span id="updated"></span>
 <span id="error"></span></div>
 <div class="grid" id="cards"></div>
+<section class="streaming" id="batches-box" hidden><h2>Last batches (streaming)</h2>
+<div id="batches"></div></section>
+<section class="streaming" id="places-box" hidden><h2 id="places-title">Tasks of the last batch</h2>
+<div id="places"></div></section>
+<section class="streaming" id="batch-seconds" hidden><h2>Seconds per batch</h2>
+<div id="batch-times"></div></section>
 <section><h2>Processors on the location tree</h2><div class="tree" id="tree"></div></section>
 <section><h2>Tasks per processor</h2><div id="per-processor"></div></section>
 <section><h2>Version timeline</h2><div id="timeline"></div></section>
 <section><h2>Tasks moved per rebalance</h2><div id="moved"></div></section>
 <section><h2>Last rebalances</h2><div id="rebalances"></div></section>
-<section class="streaming" id="batch-seconds" hidden><h2>Seconds per batch</h2>
-<div id="batch-times"></div></section>
-<section class="streaming" id="batches-box" hidden><h2>Last batches (streaming)</h2>
-<div id="batches"></div></section>
-<section class="streaming" id="places-box" hidden><h2 id="places-title">Tasks of the last batch</h2>
-<div id="places"></div></section>
 <script id="first" type="application/json">__STATUS__</script>
 <script>"""
     + _SCRIPT.replace("__REFRESH__", str(REFRESH_MS))
