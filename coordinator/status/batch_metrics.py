@@ -41,7 +41,7 @@ from metadata.errors import MetadataError
 from metadata.zk import ZkMetadataStore
 from metadata.zk.recipe.batches import BatchEntry
 
-__all__ = ["BatchCollector"]
+__all__ = ["BatchCollector", "exported_families"]
 
 _P = "affinity_streaming_"
 
@@ -81,12 +81,16 @@ class BatchCollector(Collector):
             return self._entry, self._readable
 
     def describe(self) -> Iterable[Metric]:
-        """Every family this collector may export (without reading ZooKeeper)."""
-        return _families(None, readable=True, every=True)
+        return exported_families()
 
     def collect(self) -> Iterable[Metric]:
         entry, readable = self._newest()
         return _families(entry, readable=readable)
+
+
+def exported_families() -> list[Metric]:
+    """Every family a :class:`BatchCollector` may export (without reading ZooKeeper)."""
+    return _families(None, readable=True, every=True)
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
