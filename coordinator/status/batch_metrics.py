@@ -6,7 +6,8 @@ Prometheus scrapes (at most once per ``min_interval_s``, whatever the number of 
 exports its figures as gauges. A job with no batch exports none of them but
 ``affinity_streaming_history_readable``. A read that fails is logged, exported as
 ``affinity_streaming_history_readable 0`` and answered with the last entry read, so the
-coordinator's own metrics still reach Prometheus.
+coordinator's own metrics still reach Prometheus; without a ZooKeeper connection it does not
+try (a scrape does not wait out the store's retries).
 
 Usage (``affinity coordinator run`` does this)::
 
@@ -70,15 +71,22 @@ class BatchCollector(Collector):
             now = self.clock()
             if self._read_at is None or now - self._read_at >= self.min_interval_s:
                 self._read_at = now
-                try:
-                    entries = self.store.batches.read(limit=1)
-                except (MetadataError, KazooException) as exc:
-                    self.log.warning("status.batch_metrics_read_failed", error=str(exc))
-                    self._readable = False
-                else:
-                    self._entry = entries[-1] if entries else None
-                    self._readable = True
+                self._readable = self._read()
             return self._entry, self._readable
+
+    def _read(self) -> bool:
+        """Read the newest entry; False (logged) if it could not be read. Without a connection
+        it does not try: a scrape must not wait out the store's retries."""
+        if not self.store.client.connected:
+            self.log.warning("status.batch_metrics_read_failed", error="ZooKeeper not connected")
+            return False
+        try:
+            entries = self.store.batches.read(limit=1)
+        except (MetadataError, KazooException) as exc:
+            self.log.warning("status.batch_metrics_read_failed", error=str(exc))
+            return False
+        self._entry = entries[-1] if entries else None
+        return True
 
     def describe(self) -> Iterable[Metric]:
         return exported_families()
