@@ -17,7 +17,7 @@ Usage (``affinity coordinator run`` does this)::
 metric (gauges)                                        the newest batch's
 =====================================================  ===========================================
 ``affinity_streaming_last_batch``                      id
-``affinity_streaming_batch_seconds``                   seconds, from its start to its commit
+``affinity_streaming_batch_seconds``                   seconds, from its start to its report
 ``affinity_streaming_batch_rows``                      rows in
 ``affinity_streaming_batch_tasks{state}``              tasks ``warm``, ``restored``, ``new``
 ``affinity_streaming_batch_bytes{kind}``               state bytes ``restored``, ``written``
@@ -114,7 +114,9 @@ def _families(entry: BatchEntry | None, *, readable: bool, every: bool = False) 
     if entry is None and not every:
         return families
     last = _gauge("last_batch", "Id of the newest streaming batch in the job's history")
-    seconds = _gauge("batch_seconds", "Seconds the newest streaming batch took, start to commit")
+    seconds = _gauge(
+        "batch_seconds", "Seconds the newest streaming batch took, from its start to its report"
+    )
     rows = _gauge("batch_rows", "Rows into the newest streaming batch")
     tasks = _gauge("batch_tasks", "Tasks of the newest batch by their state's source", ("state",))
     state_bytes = _gauge(

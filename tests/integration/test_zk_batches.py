@@ -5,13 +5,17 @@ it: the status document, ``affinity status``'s rendering and the coordinator's /
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
+from jobharness import AFFINITY
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 
 from coordinator.cli.status import render
 from coordinator.config import JobConfig
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.status import JobStatusReader
 from coordinator.status.batch_metrics import BatchCollector
 from metadata.errors import CorruptDataError
@@ -133,3 +137,26 @@ def test_metrics_export_the_newest_batch(zk_store: ZkMetadataStore) -> None:
     broken = generate_latest(registry).decode()
     assert "affinity_streaming_history_readable 0.0" in broken
     assert "affinity_streaming_last_batch 2.0" in broken  # the last entry read
+
+
+def test_affinity_status_prints_the_batches(
+    zk_store: ZkMetadataStore, zk_server: EmbeddedZooKeeper, tmp_path: Path
+) -> None:
+    root, name = zk_store.layout.folder.rsplit("/", 1)
+    job, job_id = name.rsplit("-", 1)
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"job: {{name: {job}, id: '{job_id}', run_id: run-1}}\n"
+        f"zookeeper: {{connect: '{zk_server.hosts}', root: {root}}}\n"
+        "inputs: [{system: kafka, stream: events, partitions: 2}]\n"
+    )
+    zk_store.batches.record(entry(7), keep=5)
+    command = [AFFINITY, "status", "--config", str(config)]
+    text = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert "last batches (streaming)" in text.stdout and "tasks of batch 7" in text.stdout
+    assert "3 (pinned to 2)" in text.stdout
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60)
+    document = json.loads(done.stdout)
+    assert document["batches"][-1]["lag"] == {"events-0": 120, "events-1": 0}
+    assert document["warm_ratio"] == 0.5
