@@ -166,7 +166,8 @@ class CoordinatorSection(_Section):
     # How long a vanished processor's tasks wait for it (or a new processor at its location).
     processor_grace_ms: Int = Field(default=0, ge=0)
     retention: Int = Field(default=10, ge=1)
-    # Rebalances kept in the job's history (history/ in ZooKeeper; affinity status, /status).
+    # Rebalances, and a streaming query's batches, kept in the job's history (history/ in
+    # ZooKeeper; affinity status, /status).
     history: Int = Field(default=50, ge=1, le=1000)
     # A model that would stop every task of the model in force is refused unless this is true.
     allow_dropping_all_tasks: bool = False

@@ -35,6 +35,7 @@ from coordinator.leader.grouper_worker import GrouperWorker
 from coordinator.leader.service import CoordinatorService, grouper_worker_for
 from coordinator.member.processor import ProcessorClient
 from coordinator.observability import CoordinatorMetrics, HealthServer, configure_logging
+from coordinator.status.batch_metrics import BatchCollector
 from coordinator.status.page import status_routes
 from locality.providers import get_location_provider
 from metadata.ids import location_id_problem, processor_id_problem
@@ -72,6 +73,7 @@ def run_coordinator(args: argparse.Namespace) -> int:
         service = CoordinatorService(
             config, store.client, store, metrics=metrics, grouper_worker=worker
         )
+        metrics.registry.register(BatchCollector(store))  # a streaming query's batches
         port = config.coordinator.http_port if args.http_port is None else args.http_port
         health = HealthServer(
             config.coordinator.http_host,

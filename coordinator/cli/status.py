@@ -7,8 +7,12 @@
 Who leads (which replica), the version in force and the latest one, the barrier's state, the
 processors on their location tree (zone/rack/host) with their task counts, and the last
 rebalances (trigger, outcome, tasks moved and kept local, the time of each phase; below it the
-notes, e.g. a model in force that could not be read and what replaced it). A table in a
-terminal (rich); ``--json`` prints the status document of :mod:`coordinator.status.data`. Nothing
+notes, e.g. a model in force that could not be read and what replaced it). For a streaming
+query, its last batches (seconds, rows, tasks warm / restored / new, bytes restored and
+written, tasks pinned where placed, Kafka lag) and each task of the last batch: its executor
+and location (red when it ran off the executor it was pinned to), its state's source and
+bytes. A table in a terminal (rich); ``--json`` prints the status document of
+:mod:`coordinator.status.data`. Nothing
 is written. Exit codes: 0 shown; 2 bad input (unusable config, no such job); 1 ZooKeeper
 unreachable, access denied or corrupt data. Errors are one line on stderr.
 """
@@ -151,13 +155,76 @@ def _notes(document: dict[str, Any]) -> str:
     )
 
 
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value, unit = n / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
+def _batches(document: dict[str, Any]) -> Table:
+    table = Table(title="last batches (streaming)", title_justify="left")
+    columns = ("batch", "seconds", "rows", "warm", "restored", "new", "bytes restored")
+    for column in (*columns, "bytes written", "pinned", "lag"):
+        table.add_column(column, justify="left" if column == "lag" else "right")
+    for entry in reversed(document["batches"]):
+        pinned = f"{entry['pinned_ok']}/{entry['pinned_total']}"
+        if entry["pinned_ok"] < entry["pinned_total"]:
+            pinned = f"[red]{pinned}[/]"
+        restored = f"[red]{entry['restored']}[/]" if entry["restored"] else "0"
+        lag = ", ".join(f"{rich_text(p)}: {n}" for p, n in entry["lag"].items()) or "-"
+        table.add_row(
+            str(entry["batch"]),
+            _seconds(entry["seconds"]),
+            str(entry["rows_in"]),
+            f"{entry['warm']}/{entry['tasks']}",
+            restored,
+            str(entry["new"]),
+            _size(entry["bytes_restored"]),
+            _size(entry["bytes_written"]),
+            pinned,
+            lag,
+        )
+    return table
+
+
+def _places(document: dict[str, Any]) -> Table:
+    last = document["batches"][-1]
+    table = Table(title=f"tasks of batch {last['batch']}", title_justify="left")
+    for column in ("task", "executor", "location", "state", "restored", "written", "rows"):
+        table.add_column(
+            column, justify="right" if column in ("restored", "written", "rows") else "left"
+        )
+    for place in last["places"]:
+        off = place["pinned_to"] is not None and place["executor"] != place["pinned_to"]
+        executor = rich_text(place["executor"] or "-")
+        if off:
+            executor = f"[red]{executor} (pinned to {rich_text(place['pinned_to'])})[/]"
+        table.add_row(
+            rich_text(place["task"]),
+            executor,
+            rich_text(place["location"] or "-"),
+            rich_text(place["source"]),
+            _size(place["bytes_restored"]),
+            _size(place["bytes_written"]),
+            str(place["rows_in"]),
+        )
+    return table
+
+
 def render(document: dict[str, Any]) -> list[Any]:
     """The rich renderables of a status document: the summary, the location tree, the table
-    and its notes."""
+    and its notes, then a streaming query's last batches and the last batch's tasks."""
     parts: list[Any] = [_summary(document), _tree(document)]
     if document["rebalances"]:
         parts.append(_rebalances(document))
         notes = _notes(document)
         if notes:
             parts.append(notes)
+    if document.get("batches"):
+        parts += [_batches(document), _places(document)]
     return parts

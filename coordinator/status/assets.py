@@ -43,6 +43,8 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 #error { color: var(--bad); }
+td.bad, span.bad { color: var(--bad); font-weight: 600; }
+.streaming[hidden] { display: none; }
 """
 
 _SCRIPT = """
@@ -82,14 +84,14 @@ function treeNode(node, byId) {
   }
   return li;
 }
-function bars(rows, cls) {
+function bars(rows, cls, fmt) {
   const max = Math.max(1, ...rows.map(r => r[1]));
   const box = el("div", {class: "bars"});
   for (const [label, value, id] of rows) {
     box.append(el("div", {class: "row", "data-id": id},
       el("span", {class: "label", title: label}, label),
       el("span", {class: "bar " + (cls || ""), style: "width:" + (value / max * 60) + "%"}),
-      el("span", {class: "n"}, value)));
+      el("span", {class: "n"}, fmt ? fmt(value) : value)));
   }
   return box;
 }
@@ -144,8 +146,50 @@ function draw(s) {
     ...["debounce", "grouper", "publish", "barrier"].map(
         p => el("td", {class: "num"}, secs(r.phases[p])))));
   document.getElementById("rebalances").replaceChildren(el("table", {}, head, ...body));
+  drawBatches(s.batches || []);
   document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   document.body.setAttribute("data-refreshes", String(refreshes));
+}
+function size(n) {
+  if (n < 1024) return n + " B";
+  const units = ["KiB", "MiB", "GiB"];
+  let i = 0;
+  for (n /= 1024; n >= 1024 && i < units.length - 1; i += 1) n /= 1024;
+  return n.toFixed(1) + " " + units[i];
+}
+function num(value, bad) { return el("td", {class: "num" + (bad ? " bad" : "")}, value); }
+function drawBatches(batches) {
+  for (const id of ["batch-seconds", "batches-box", "places-box"])
+    document.getElementById(id).hidden = batches.length === 0;
+  if (!batches.length) return;
+  document.getElementById("batch-times").replaceChildren(
+      bars(batches.map(b => ["batch " + b.batch, b.seconds, "b" + b.batch]), "", secs));
+  const head = el("tr", {}, ...["batch", "seconds", "rows", "warm", "restored", "new",
+      "bytes restored", "bytes written", "pinned"].map(h => el("th", {class: "num"}, h)),
+      el("th", {}, "lag"));
+  const rows = batches.slice().reverse().map(b => el("tr", {"data-batch": b.batch},
+    num(b.batch), num(secs(b.seconds)), num(b.rows_in), num(b.warm + "/" + b.tasks),
+    num(b.restored, b.restored > 0), num(b.new), num(size(b.bytes_restored)),
+    num(size(b.bytes_written)),
+    num(b.pinned_ok + "/" + b.pinned_total, b.pinned_ok < b.pinned_total),
+    el("td", {}, Object.entries(b.lag).map(([p, n]) => p + ": " + n).join(", ") || "-")));
+  document.getElementById("batches").replaceChildren(el("table", {}, head, ...rows));
+  const last = batches[batches.length - 1];
+  document.getElementById("places-title").textContent = "Tasks of batch " + last.batch;
+  const phead = el("tr", {}, ...["task", "executor", "location", "state"].map(
+      h => el("th", {}, h)), ...["restored", "written", "rows", "seconds"].map(
+      h => el("th", {class: "num"}, h)));
+  const prows = last.places.map(p => {
+    const off = p.pinned_to !== null && p.executor !== p.pinned_to;
+    return el("tr", {"data-task": p.task, "data-off": String(off)}, el("td", {}, p.task),
+      el("td", off ? {class: "bad", title: "pinned to " + p.pinned_to} : {},
+         (p.executor ?? "-") + (off ? " (pinned to " + p.pinned_to + ")" : "")),
+      el("td", {}, p.location ?? "-"),
+      el("td", {class: p.source === "restored" ? "bad" : ""}, p.source),
+      num(size(p.bytes_restored)), num(size(p.bytes_written)), num(p.rows_in),
+      num(secs(p.seconds)));
+  });
+  document.getElementById("places").replaceChildren(el("table", {}, phead, ...prows));
 }
 async function refresh() {
   try {
@@ -178,6 +222,12 @@ PAGE = (
 <div class="sub"><span id="who"></span> &middot; <span id="updated"></span>
 <span id="error"></span></div>
 <div class="grid" id="cards"></div>
+<section class="streaming" id="batches-box" hidden><h2>Last batches (streaming)</h2>
+<div id="batches"></div></section>
+<section class="streaming" id="places-box" hidden><h2 id="places-title">Tasks of the last batch</h2>
+<div id="places"></div></section>
+<section class="streaming" id="batch-seconds" hidden><h2>Seconds per batch</h2>
+<div id="batch-times"></div></section>
 <section><h2>Processors on the location tree</h2><div class="tree" id="tree"></div></section>
 <section><h2>Tasks per processor</h2><div id="per-processor"></div></section>
 <section><h2>Version timeline</h2><div id="timeline"></div></section>

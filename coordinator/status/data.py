@@ -16,7 +16,14 @@ The document (format 1; readers ignore unknown fields)::
      "processors": [{"id", "location", "live", "tasks"}],   # live or in the model
      "locations": {"name": "", "path": "", "processors": [], "tasks": 12, "children": [...]},
      "rebalances": [history entries, oldest first],
-     "warm_ratio": 0.93 | null}                          # when a Spark runtime reports it
+     "batches": [streaming batch entries, oldest first], # a streaming query's (else [])
+     "warm_ratio": 0.93 | null}     # a runtime's hook, else the last batch's warm/tasks
+
+A batch entry is :class:`metadata.zk.recipe.batches.BatchEntry` as a dict: ``batch``,
+``written_at``, ``seconds``, ``rows_in``, ``tasks``, ``warm``, ``restored``, ``new``,
+``bytes_restored``, ``bytes_written``, ``pinned_ok``, ``pinned_total``, ``lag`` (partition ->
+records behind) and ``places`` (per task: ``executor``, ``location``, ``pinned_to``, ``source``,
+``bytes_restored``, ``bytes_written``, ``rows_in``, ``seconds``).
 """
 
 from __future__ import annotations
@@ -141,13 +148,22 @@ class JobStatusReader:
             "tasks": len(model.tasks) if model else 0,
             "processors": _processors(live, model),
             "rebalances": [asdict(e) for e in store.history.read(limit=self.history)],
-            "warm_ratio": self.warm_ratio() if self.warm_ratio else None,
+            "batches": [asdict(e) for e in store.batches.read(limit=self.history)],
         }
+        document["warm_ratio"] = self.warm_ratio() if self.warm_ratio else None
+        if document["warm_ratio"] is None:
+            document["warm_ratio"] = _batch_warm_ratio(document["batches"])
         document["locations"] = location_tree(document["processors"])
         if self.replica is not None:
             leading = self.leading() if self.leading else False
             document["replica"] = {"id": self.replica, "leading": leading}
         return document
+
+
+def _batch_warm_ratio(batches: list[dict[str, Any]]) -> float | None:
+    """The share of the last batch's tasks whose state was warm (None: no batch, no task)."""
+    last = batches[-1] if batches else None
+    return last["warm"] / last["tasks"] if last and last["tasks"] else None
 
 
 def _processors(live: Mapping[str, str], model: JobModel | None) -> list[dict[str, Any]]:

@@ -261,6 +261,16 @@ class KafkaQuery(QueryRuntime):
         )  # fmt: skip
         return steps
 
+    def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:
+        """Records behind per partition: its end offset (last stable) minus the committed one."""
+        ends = end_offsets(self.client, self.topics)
+        lag: dict[str, int] = {}
+        for name, done in commit.offsets.items():
+            end = ends.get(_partition(name))
+            if end is not None:
+                lag[name] = max(0, end - done)
+        return lag
+
     def _publish_owed(self, sc: Any) -> None:
         """Publish the latest commit's output if this driver has not (a publish that failed
         after the commit, an application restart) before a later batch runs."""

@@ -14,7 +14,8 @@ Kafka query) runs each batch as:
 3. :meth:`QueryRuntime.finish`: the sink gets the output, the batch is committed (each task's
    token and chain heads, and what the query adds: the input's offsets) under the driver's
    epoch; then, none of it able to fail the committed batch, old records are pruned, task
-   locality is written where each task ran and standby copies are brought to the commit (a step
+   locality is written where each task ran, the batch's report goes to the job's history
+   (:mod:`coordinator.streaming.history`) and standby copies are brought to the commit (a step
    that fails is logged, counted and done again at the next batch); a :class:`BatchReport`.
 """
 
@@ -39,6 +40,7 @@ from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
 from coordinator.observability import job_logger
 from coordinator.streaming.commits import CommitLog
+from coordinator.streaming.history import batch_entry, executor_locations, record_batch
 from coordinator.streaming.stage import BatchPlan, StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from locality.spark.state import (
@@ -311,6 +313,7 @@ class QueryRuntime:
             ("prune", lambda: self._commit_log().prune(commit, begun.plan.start)),
             ("locality", lambda: self._write_locality(self.start(sc))),
             *self.after_commit_steps(commit),
+            ("history", lambda: self._record_history(sc, begun, stage, commit)),
         ]
         for step, action in steps:
             try:
@@ -337,6 +340,22 @@ class QueryRuntime:
     def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
         """A query's own steps after a commit (named): none here."""
         return []
+
+    def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:
+        """Records behind per input partition after ``commit``: none known here."""
+        return {}
+
+    def _record_history(self, sc: Any, begun: Begun, stage: StageRun, commit: CommitRecord) -> None:
+        version, locations = begun.assignment.version, executor_locations(self.start(sc))
+        entry = batch_entry(
+            begun.plan,
+            stage,
+            version=version,
+            began=begun.began,
+            locations=locations,
+            lag=self.source_lag(commit),
+        )
+        record_batch(self._store, entry, keep=self.config.coordinator.history)
 
     def _after_commit_failed(self, step: str, batch: int, exc: Exception) -> None:
         AFTER_COMMIT_FAILURES.labels(step=step).inc()

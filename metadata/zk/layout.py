@@ -18,6 +18,7 @@
       checkpoints/<system>.<stream>.<partition>   JSON {"format", "factor", "offsets"}: the input
                                           offsets of that stream partition's key buckets
       history/rebalance-<version>         JSON: one decided rebalance (the last N are kept)
+      history/batch-<batch id>            JSON: one committed streaming batch (the last N kept)
       standbyLag/<processor id>/<task name>   the lag of that processor's standby copy of the
                                           task (decimal text, 0 = caught up); both URL-encoded
       streaming/<run id, url-encoded>     JSON: a streaming query's driver epoch and latest commit
@@ -35,6 +36,7 @@ from urllib.parse import quote, unquote
 from metadata.errors import CorruptDataError
 
 __all__ = [
+    "BATCH_PREFIX",
     "RESERVED_ROOT",
     "JobLayout",
     "checkpoint_name",
@@ -51,6 +53,7 @@ RESERVED_ROOT = "/zookeeper"
 
 PROCESSOR_PREFIX = "processor-"
 BARRIER_PREFIX = "barrier_"
+BATCH_PREFIX = "batch-"
 _SEQUENCE = re.compile(r"^processor-(\d{10,})$")
 
 
@@ -233,6 +236,9 @@ class JobLayout:
 
     def history_entry(self, version: int) -> str:
         return f"{self.history}/rebalance-{version}"
+
+    def batch_entry(self, batch: int) -> str:
+        return f"{self.history}/{BATCH_PREFIX}{batch}"
 
     @property
     def standby_lag(self) -> str:

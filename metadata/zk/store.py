@@ -16,6 +16,8 @@ attribute                recipe                 ZooKeeper nodes, what it does
 ``store.checkpoints``    ``CheckpointStore``    ``checkpoints/``: input offsets (SEP-32)
 ``store.history``        ``RebalanceHistory``   ``history/``: the last N rebalances (leader,
                                                 fenced)
+``store.batches``        ``BatchHistory``       ``history/``: the last N streaming batches
+                                                (the driver)
 ``store.standby_lag``    ``StandbyLagStore``    ``standbyLag/``: each processor's standby
                                                 copies' lag, differential writes
 ``store.streaming_       ``StreamingCommits``   ``streaming/commits``: a streaming query's
@@ -45,6 +47,7 @@ from metadata.zk.errors import TransactionRejected, UnsafeAcl
 from metadata.zk.layout import JobLayout
 from metadata.zk.ops import SAFE_REQUEST_BYTES, ZkOps
 from metadata.zk.recipe.barriers import Barriers
+from metadata.zk.recipe.batches import BatchHistory
 from metadata.zk.recipe.checkpoints import CheckpointStore
 from metadata.zk.recipe.epoch import LeaderEpochs
 from metadata.zk.recipe.history import RebalanceHistory
@@ -187,6 +190,7 @@ class ZkMetadataStore:
         self.barriers = Barriers(self._ops, self.layout, self.epochs)
         self.checkpoints = CheckpointStore(self._ops, self.layout)
         self.history = RebalanceHistory(self._ops, self.layout, self.epochs)
+        self.batches = BatchHistory(self._ops, self.layout)
         self.standby_lag = StandbyLagStore(self._ops, self.layout)
         self.streaming_commits = StreamingCommits(self._ops, self.layout)
         self.job_models = JobModelStore(

@@ -20,6 +20,7 @@ from test_chart import FULLNAME, KUBE_VERSION, NAMESPACE, Rendered, helm, render
 from test_operations_doc import _rule_groups
 
 from coordinator.observability import CoordinatorMetrics
+from coordinator.status.batch_metrics import exported_families
 
 pytestmark = pytest.mark.helm
 
@@ -56,6 +57,7 @@ def exported_samples() -> set[str]:
         "histogram": ("_bucket", "_count", "_sum", "_created"),
     }
     families: list[Metric] = list(CoordinatorMetrics().registry.collect())
+    families += exported_families()  # a streaming query's batches (affinity coordinator run)
     return {f.name + suffix for f in families for suffix in suffixes[f.type]}
 
 
@@ -100,7 +102,7 @@ def test_promtool_check_rules_passes(helm: str, tmp: Path) -> None:
         [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 12 rules found" in done.stdout
+    assert "SUCCESS: 14 rules found" in done.stdout
 
 
 def test_promtool_unit_tests_of_the_rules(helm: str, tmp: Path) -> None:
@@ -140,6 +142,58 @@ def test_promtool_unit_tests_of_the_rules(helm: str, tmp: Path) -> None:
     }
     spec = tmp / "rules_test.yaml"
     spec.write_text(yaml.safe_dump(tests))
+    done = subprocess.run(
+        [promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_unit_tests_of_the_streaming_alerts(helm: str, tmp: Path) -> None:
+    """Tasks restoring in every batch for 20 minutes fire; a batch that restored nothing in the
+    window, or a query that stopped writing batches, does not. Batches twice as slow as in
+    the 2 hours before fire; steady ones do not (promtool test rules, 1-minute samples)."""
+    rendered = render(helm, tmp, MONITORING)
+    path = _write_rules(rendered, tmp)
+    ours = f'namespace="{NAMESPACE}", service="{FULLNAME}"'
+    labels = {"namespace": NAMESPACE, "service": FULLNAME, "severity": "warning"}
+    where = {"{{ $labels.namespace }}": NAMESPACE, "{{ $labels.service }}": FULLNAME}
+    annotations = {
+        r["alert"]: {k: re.sub(r"\{\{ \$labels\.\w+ \}\}", lambda m: where[m[0]], v)
+                     for k, v in r["annotations"].items()}
+        for r in rules(rendered) if r["alert"].startswith("AffinityStreaming")
+    }  # fmt: skip
+
+    def case(restored: str, seconds: str, written: str, alerts: list[tuple[str, str, bool]]) -> Any:
+        series = [
+            {"series": f'affinity_streaming_batch_tasks{{{ours}, state="restored", pod="a"}}',
+             "values": restored},
+            {"series": f'affinity_streaming_batch_seconds{{{ours}, pod="a"}}', "values": seconds},
+            {"series": f'affinity_streaming_batch_timestamp_seconds{{{ours}, pod="a"}}',
+             "values": written},
+        ]  # fmt: skip
+        expected = [
+            {
+                "eval_time": at,
+                "alertname": name,
+                "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations[name]}]
+                * fires,
+            }
+            for name, at, fires in alerts
+        ]
+        return {"interval": "1m", "input_series": series, "alert_rule_test": expected}
+
+    restoring, growing = "AffinityStreamingTasksRestoring", "AffinityStreamingBatchTimeGrowing"
+    now = "0+60x170"  # a batch written every minute (its timestamp: the evaluation time)
+    steady, slower = "1x170", "1x120 5x50"  # seconds per batch: 5 s from 2 h on
+    tests = [
+        case("1x40", steady, now, [(restoring, "25m", True), (growing, "150m", False)]),
+        case("1 1 1 0 1x36", slower, now, [(restoring, "15m", False), (growing, "150m", True)]),
+        case("1x40", slower, "0x170", [(restoring, "30m", False), (growing, "150m", False)]),
+    ]
+    spec = tmp / "streaming_rules_test.yaml"
+    spec.write_text(
+        yaml.safe_dump({"rule_files": [str(path)], "evaluation_interval": "1m", "tests": tests})
+    )
     done = subprocess.run(
         [promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=60
     )

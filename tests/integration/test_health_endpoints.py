@@ -144,6 +144,9 @@ def test_health_ready_and_metrics(
     _, body = get(leader, "/metrics")
     assert "affinity_rebalance_duration_seconds_count 1.0" in body.splitlines()
     assert "# TYPE affinity_grouper_errors_total counter" in body.splitlines()
+    # a streaming query's batches (none here): the history is read, nothing else exported
+    assert "affinity_streaming_history_readable 1.0" in body.splitlines()
+    assert "affinity_streaming_batch_seconds" not in body
 
     # ZooKeeper goes away: not ready (but alive); it comes back: ready again.
     zk_private_server.stop()
@@ -151,6 +154,11 @@ def test_health_ready_and_metrics(
         wait_for(lambda port=port: get(port, "/readyz")[0] == 503, 20, "not ready")
         assert get(port, "/readyz") == (503, "not ready\n")
         assert get(port, "/healthz")[0] == 200
+    started = time.monotonic()
+    wait_for(
+        lambda: metric(leader, "affinity_streaming_history_readable 0.0"), 20, "history unread"
+    )
+    assert time.monotonic() - started < 10  # a scrape does not wait out the retries
     zk_private_server.start()
     for port in (leader, standby):
         wait_for(lambda port=port: get(port, "/readyz")[0] == 200, 30, "ready again")

@@ -3,7 +3,9 @@ real ZooKeeper, drawn by a real headless Chromium (Debian's ``chromium`` package
 installs it): the page shows the job, and after a processor is killed the new version and the
 tasks moved; a follower serves the page too, naming the leader.
 
-``AFFINITY_STATUS_SCREENSHOT=docs/status-page.png`` keeps the screenshot taken after the kill.
+``AFFINITY_STATUS_SCREENSHOT=docs/status-page.png`` keeps the screenshot taken after the kill,
+``AFFINITY_STREAMING_SCREENSHOT=docs/status-page-streaming.png`` the one of a streaming query's
+batches.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 from jobharness import JobHarness, Proc
 from prometheus_client import CollectorRegistry
+from test_zk_batches import entry as batch_entry
 
 from coordinator.config import load_config
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
@@ -260,3 +263,61 @@ def test_the_page_loads_nothing_from_outside_and_answers_503_without_zookeeper(
         assert "ZooKeeper did not answer" in json.loads(body)["error"]
     finally:
         server.stop()
+
+
+def test_the_page_shows_a_streaming_querys_batches_and_tasks(
+    zk_store: ZkMetadataStore, tmp_path: Path
+) -> None:
+    """The batches a driver wrote to the job's history: the warm ratio, seconds per batch, the
+    last batches and the last batch's tasks, a task off its executor and a restore marked."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is missing: `make chromium` (or apt-get install chromium)")
+    folder = zk_store.layout.folder
+    root, name = folder.rsplit("/", 1)
+    config = load_config(
+        data={
+            "job": {"name": name.rsplit("-", 1)[0], "id": name.rsplit("-", 1)[1]},
+            "zookeeper": {"root": root},
+            "inputs": [{"system": "kafka", "stream": "events", "partitions": 2}],
+        },
+        environ={},
+    )
+    for batch in range(6):
+        restored = 1 if batch == 5 else 0
+        zk_store.batches.record(
+            batch_entry(batch, seconds=0.4 + batch * 0.3, warm=2 - restored, restored=restored),
+            keep=20,
+        )
+    page = StatusPage(JobStatusReader(zk_store, config, replica="r-1"), min_interval_s=0)
+    server = HealthServer(
+        "127.0.0.1",
+        0,
+        registry=CollectorRegistry(),
+        alive=lambda: True,
+        ready=lambda: True,
+        routes=page.routes(),
+    ).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/status"
+        browser = Chromium(tmp_path / "profile")
+        drawn = Dom(browser.dom(url))
+        shot = tmp_path / "status-page-streaming.png"
+        browser.screenshot(url, shot)
+    finally:
+        server.stop()
+    assert drawn.text["warm"] == "warm ratio50%"  # the last batch: 1 of 2 tasks warm
+    assert [e["data-batch"] for e in drawn.find(tag="tr") if "data-batch" in e] == [
+        str(b) for b in range(5, -1, -1)
+    ]
+    newest = drawn.text["batches"].split("5|")[1]  # the row of batch 5, after the header
+    assert newest.startswith("1.9 s|17|1/2|1|0|5.0 MiB|6.0 KiB|1/2|events-0: 120")
+    assert drawn.text["places-title"] == "Tasks of batch 5"
+    off = {e["data-task"]: e["data-off"] for e in drawn.find(tag="tr") if "data-task" in e}
+    assert off == {"Partition 0": "false", "Partition 1": "true"}
+    assert "|3 (pinned to 2)|zone-b/host-3|restored|5.0 MiB|" in drawn.text["places"]
+    assert drawn.find(tag="div", **{"data-id": "b5"})  # seconds per batch
+    assert "batch 3" + "1.3 s" in drawn.text["batch-times"]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    keep = os.environ.get("AFFINITY_STREAMING_SCREENSHOT")
+    if keep:
+        shutil.copyfile(shot, keep)

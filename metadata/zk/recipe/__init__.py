@@ -10,6 +10,7 @@ module             class                  job
 ``barriers``       ``Barriers``           ``store.barriers``: join, watch, decide
 ``epoch``          ``LeaderEpochs``       ``store.epochs``: acquire, fence leader writes
 ``checkpoints``    ``CheckpointStore``    ``store.checkpoints``: input offsets (SEP-32)
+``batches``        ``BatchHistory``       ``store.batches``: the last streaming batches
 ``standby_lag``    ``StandbyLagStore``    ``store.standby_lag``: standby copies' lag, per
                                           processor, written differentially
 ``streaming_       ``StreamingCommits``   ``store.streaming_commits``: a streaming query's
@@ -24,6 +25,7 @@ create and remove barriers; barriers and job models fence through the epoch).
 """
 
 from metadata.zk.recipe.barriers import Barriers
+from metadata.zk.recipe.batches import BatchEntry, BatchHistory, TaskPlace
 from metadata.zk.recipe.checkpoints import CheckpointStore
 from metadata.zk.recipe.epoch import LeaderEpoch, LeaderEpochs
 from metadata.zk.recipe.jobmodels import JobModelStore
@@ -39,6 +41,8 @@ from metadata.zk.recipe.streaming_commits import (
 
 __all__ = [
     "Barriers",
+    "BatchEntry",
+    "BatchHistory",
     "CheckpointStore",
     "JobModelStore",
     "LeaderEpoch",
@@ -51,4 +55,5 @@ __all__ = [
     "StandbyLagStore",
     "StreamingCommits",
     "TaskLocalityStore",
+    "TaskPlace",
 ]
