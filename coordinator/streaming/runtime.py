@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import tempfile
 import threading
@@ -41,6 +40,7 @@ from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
 from coordinator.observability import job_logger
 from coordinator.streaming.commits import CommitLog
 from coordinator.streaming.history import batch_entry, executor_locations, record_batch
+from coordinator.streaming.reports import BatchReport, batch_report, failure_cause
 from coordinator.streaming.stage import BatchPlan, StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from locality.spark.state import (
@@ -71,29 +71,6 @@ class StreamingUsageError(ValueError):
 
 class StreamingBatchError(RuntimeError):
     """A micro-batch failed; nothing of it was committed (Spark may run it again)."""
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """What one micro-batch did."""
-
-    batch: int
-    version: int
-    seconds: float
-    tasks: int
-    warm: int  # tasks whose state was in memory or in the host's local copy
-    restored: int  # tasks that loaded their state from the durable checkpoints
-    new: int  # tasks with nothing committed yet
-    bytes_restored: int
-    bytes_written: int
-    pinned_ok: int
-    pinned_total: int
-    rows_in: int
-    rows_out: int
-    timed_out: int
-    driver_rows: int  # the batch's rows through the driver (0; the former path: in and out)
-    standby: StandbyStage = NO_STANDBYS  # the standby copies brought to this batch's commit
-    after_commit_failures: int = 0  # steps after the commit that failed (done next batch)
 
 
 @dataclass(frozen=True)
@@ -288,7 +265,7 @@ class QueryRuntime:
         finally:
             stage.release()
         failures, standby = self._after_commit(sc, begun, stage, commit)
-        report = _report(plan.batch, begun.assignment.version, stage)
+        report = batch_report(plan.batch, begun.assignment.version, stage)
         report = replace(
             report,
             standby=standby,
@@ -380,27 +357,6 @@ class QueryRuntime:
         self._owed_locality = {}
 
 
-_RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Fenced)): (.+)$")
-
-
-def failure_cause(exc: BaseException) -> str:
-    """The line of a failed Spark job that says why: the function's error, else the last error
-    a Python worker raised (``Name: message``), else the first line."""
-    text = str(exc)
-    for line in text.splitlines():
-        if "StatefulFunctionError:" in line:
-            return line.split("StatefulFunctionError:", 1)[1].strip()
-    raised = [
-        f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2).strip()}"
-        for match in map(_RAISED.match, text.splitlines())
-        if match and not match.group(1).startswith(("pyspark.", "py4j.", "org.", "java."))
-    ]
-    if raised:
-        return raised[-1]
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[0].strip() if lines else repr(exc)
-
-
 #: Steps after a commit that failed (logged; the batch stays committed), by step.
 AFTER_COMMIT_FAILURES = Counter(
     "affinity_streaming_after_commit_failures",
@@ -411,27 +367,6 @@ AFTER_COMMIT_FAILURES = Counter(
 
 def _host_pid() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _report(batch: int, version: int, stage: StageRun) -> BatchReport:
-    values = list(stage.results.values())
-    return BatchReport(
-        batch=batch,
-        version=version,
-        seconds=0.0,
-        tasks=len(values),
-        warm=sum(1 for r in values if r.warm),
-        restored=sum(1 for r in values if r.source == "restored"),
-        new=sum(1 for r in values if r.source == "new"),
-        bytes_restored=sum(r.bytes_restored for r in values),
-        bytes_written=sum(r.bytes_written for r in values),
-        pinned_ok=stage.run.pinned_ok,
-        pinned_total=stage.run.total,
-        rows_in=sum(r.rows_in for r in values),
-        rows_out=sum(r.rows_out for r in values),
-        timed_out=sum(r.timed_out for r in values),
-        driver_rows=stage.driver_rows,
-    )
 
 
 def _default_storage(config: JobConfig) -> Storage:
