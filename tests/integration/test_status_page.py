@@ -3,9 +3,8 @@ real ZooKeeper, drawn by a real headless Chromium (Debian's ``chromium`` package
 installs it): the page shows the job, and after a processor is killed the new version and the
 tasks moved; a follower serves the page too, naming the leader.
 
-``AFFINITY_STATUS_SCREENSHOT=docs/status-page.png`` keeps the screenshot taken after the kill,
-``AFFINITY_STREAMING_SCREENSHOT=docs/status-page-streaming.png`` the one of a streaming query's
-batches.
+``AFFINITY_STATUS_SCREENSHOT=docs/status-page.png`` keeps the screenshot taken after the kill
+(a real query's batches: ``tests/spark/test_streaming_history.py``).
 """
 
 from __future__ import annotations
@@ -14,15 +13,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import CHROMIUM, Chromium, Dom
 from jobharness import JobHarness, Proc
 from prometheus_client import CollectorRegistry
 from test_zk_batches import entry as batch_entry
@@ -36,7 +34,6 @@ from metadata.zk import StoreUnavailable, ZkMetadataStore
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HOSTS = {"p-1": "zone-a/host-1", "p-2": "zone-a/host-2", "p-3": "zone-b/host-3"}
 
 
@@ -53,83 +50,6 @@ def http_port(proc: Proc) -> int:
         if '"coordinator.started"' in line:
             return int(json.loads(line)["http_port"])
     raise AssertionError("not started yet")
-
-
-class Chromium:
-    """Headless Chromium, one run per page: the DOM after the page's scripts ran for
-    ``budget_ms`` of virtual time, or a screenshot."""
-
-    def __init__(self, profile: Path) -> None:
-        assert CHROMIUM is not None
-        self.command = [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",  # root in a container
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-        ]
-
-    def dom(self, url: str, budget_ms: int = 5000) -> str:
-        done = subprocess.run(
-            [*self.command, f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout
-
-    def screenshot(self, url: str, path: Path) -> None:
-        done = subprocess.run(
-            [
-                *self.command,
-                "--virtual-time-budget=3000",
-                "--hide-scrollbars",
-                "--window-size=1280,960",
-                f"--screenshot={path}",
-                url,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-
-
-class Dom(HTMLParser):
-    """The drawn page: the text of each element with an id (a table row: ``row-<version>``;
-    cells start with ``|``), and the attributes of every element."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.text: dict[str, str] = {}
-        self.elements: list[dict[str, str]] = []
-        self._open: list[str | None] = []
-        self.feed(html)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        attributes = {k: v or "" for k, v in attrs}
-        self.elements.append({"tag": tag, **attributes})
-        if tag == "td":
-            self.handle_data("|")
-        if tag == "tr" and "data-version" in attributes:
-            attributes["id"] = f"row-{attributes['data-version']}"
-        if tag not in ("br", "meta", "input", "img", "link"):
-            self._open.append(attributes.get("id"))
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._open:
-            self._open.pop()
-
-    def handle_data(self, data: str) -> None:
-        for element_id in self._open:
-            if element_id:
-                self.text[element_id] = self.text.get(element_id, "") + data
-
-    def find(self, **attrs: str) -> list[dict[str, str]]:
-        return [e for e in self.elements if all(e.get(k) == v for k, v in attrs.items())]
 
 
 @pytest.fixture
@@ -318,6 +238,3 @@ def test_the_page_shows_a_streaming_querys_batches_and_tasks(
     assert drawn.find(tag="div", **{"data-id": "b5"})  # seconds per batch
     assert "batch 3" + "1.3 s" in drawn.text["batch-times"]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    keep = os.environ.get("AFFINITY_STREAMING_SCREENSHOT")
-    if keep:
-        shutil.copyfile(shot, keep)
