@@ -153,8 +153,8 @@ def test_oversized_writes_are_refused_before_sending(zk_store: ZkMetadataStore) 
     started = time.monotonic()
     with pytest.raises(NodeTooLarge) as error:
         zk_store.processors.register("p-1", "loc", blob="x" * 1_100_000)
-    with pytest.raises(NodeTooLarge):
-        zk_store.locality.write({"t": "y" * 1_048_576})
+    with pytest.raises(ValueError, match="location id must be at most 1024 characters"):
+        zk_store.locality.write({"t": "y" * 1_048_576})  # the id rule refuses it, unsent
     with pytest.raises(ValueError):
         ZkMetadataStore(zk_store.client, zk_store.layout.folder, run_id="r", chunk_size=1_048_576)
 
