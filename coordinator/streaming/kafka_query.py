@@ -254,11 +254,11 @@ class KafkaQuery(QueryRuntime):
         if self.output is not None and self.output.publisher is not None:
             output, sc = self.output, self.spark.sparkContext
             steps.append(("publish", lambda: output.publish(sc, commit)))
-        steps.append(
-            ("consumer-group", lambda: commit_group_offsets(
-                self.client, self.group, offsets, metadata=metadata
-            )),
-        )  # fmt: skip
+
+        def show_offsets() -> None:
+            commit_group_offsets(self.client, self.group, offsets, metadata=metadata)
+
+        steps.append(("consumer-group", show_offsets))
         return steps
 
     def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:

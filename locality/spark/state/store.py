@@ -241,9 +241,12 @@ def _from_disk(
     if start.token is not None and held_groups == groups and (start.batch, start.token) in versions:
         try:
             space, report = ObjectSpace.load(
-                tee.mirror, groups, max_parallelism=spec.max_parallelism, policy=spec.policy,
+                tee.mirror,
+                groups,
+                max_parallelism=spec.max_parallelism,
+                policy=spec.policy,
                 **options,
-            )  # fmt: skip
+            )
             for g, names in space.abandoned().items():  # a failed attempt's files, here only
                 for name in names:
                     tee.mirror.delete_file(g, name)
