@@ -193,8 +193,8 @@ def test_processing_time_timers_fire_once_in_expiry_order(tmp_path: Path) -> Non
     spec = spec_of(tmp_path, Sessions(), "ProcessingTime")
     run_batch(spec, 0, [{"k": 1, "v": 2}, {"k": 2, "v": 5}], time_ms=1000)
     run_batch(spec, 1, [{"k": 1, "v": 3}], time_ms=1200)  # moves key 1's timer to 1700
-    assert output(run_batch(spec, 2, [], time_ms=1500)) == []  # 1500 is not before 1500
-    assert output(run_batch(spec, 3, [], time_ms=1501)) == [(2, "5@1500")]
+    assert output(run_batch(spec, 2, [], time_ms=1499)) == []
+    assert output(run_batch(spec, 3, [], time_ms=1500)) == [(2, "5@1500")]  # at its expiry
     assert output(run_batch(spec, 4, [], time_ms=5000)) == [(1, "5@1700")]
     assert output(run_batch(spec, 5, [], time_ms=9000)) == []
 

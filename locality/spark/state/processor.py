@@ -9,7 +9,8 @@ per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
 2. ``handleInputRows(key, iter([rows]), timerValues)`` per key with rows, keys in (key group,
    key) order; its DataFrames are the output;
 3. the expired timers, all keys (also those with rows in the batch), in (expiry, key) order:
-   ProcessingTime fires a timer whose expiry is before the batch's processing time; each fires
+   ProcessingTime fires a timer whose expiry is at or before the batch's processing time (as
+   Spark's ``TimerStateImpl.getExpiredTimers``); each fires
    ``handleExpiredTimer(key, timerValues, ExpiredTimerInfo)`` once and is then deleted;
 4. ``close()``; values whose TTL passed are dropped from the state; the batch is checkpointed.
 
@@ -227,7 +228,7 @@ class _Run:
                 for text, held in group.get_map(TIMERS).items():
                     timers = held if isinstance(held, list) else []
                     pending += [
-                        (t, group_id, text) for t in timers if isinstance(t, int) and t < due
+                        (t, group_id, text) for t in timers if isinstance(t, int) and t <= due
                     ]
         fired = 0
         for expiry, group_id, text in sorted(pending):
