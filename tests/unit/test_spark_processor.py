@@ -189,6 +189,50 @@ def test_value_state_ttl_expires_at_batch_time_plus_ttl(tmp_path: Path) -> None:
     assert output(run_batch(spec, 5, [{"k": 1}], time_ms=20_001)) == [(1, "new")]
 
 
+class Recent:
+    """A ListState and a MapState with a TTL: the values of the last second, per key."""
+
+    def init(self, handle: Any) -> None:
+        self.values = handle.getListState("values", "v long", ttlDurationMs=1000)
+        self.latest = handle.getMapState("latest", "v long", "at long", ttlDurationMs=1000)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[pd.DataFrame]:
+        now = timerValues.getCurrentProcessingTimeInMs()
+        for pdf in rows:
+            for v in pdf["v"]:
+                self.values.appendValue((int(v),))
+                self.latest.updateValue((int(v),), (now,))
+        listed = ",".join(str(v) for (v,) in self.values.get())
+        mapped = ",".join(f"{v}@{at}" for (v,), (at,) in self.latest.iterator())
+        yield pd.DataFrame({"k": [key[0]], "out": [f"{listed}|{mapped}"]})
+
+
+def test_list_and_map_ttl_expire_per_element_and_leave_the_state(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, Recent(), "ProcessingTime")
+    run_batch(spec, 0, [{"k": 1, "v": 1}, {"k": 1, "v": 2}], time_ms=1000)
+    assert output(run_batch(spec, 1, [{"k": 1, "v": 3}], time_ms=1500)) == [
+        (1, "1,2,3|1@1000,2@1000,3@1500")
+    ]
+    assert output(run_batch(spec, 2, [{"k": 1, "v": 2}], time_ms=2000)) == [
+        (1, "3,2|2@2000,3@1500")
+    ]
+    assert output(run_batch(spec, 3, [], time_ms=3000)) == []
+    forget_memory()  # what a restore loads: the expired entries are gone from the checkpoint
+    state = json.dumps(restored_group(spec, 1))
+    assert state == json.dumps({"tws/list/values": {}, "tws/map/latest": {}})
+
+
+def restored_group(spec: QuerySpec, group_id: int) -> dict[str, Any]:
+    from locality.spark.state.objectspace import ObjectSpace
+
+    commit = latest_commit(spec.store.storage)
+    assert commit is not None and commit.heads is not None
+    heads = {g: h for g, h in commit.heads.items() if g == group_id}
+    space, _ = ObjectSpace.load(spec.store.storage, [group_id], max_parallelism=MAXP, heads=heads)
+    group = space.group(group_id)
+    return {name: group.get_map(name).to_dict() for name in sorted(group.names())}
+
+
 def test_processing_time_timers_fire_once_in_expiry_order(tmp_path: Path) -> None:
     spec = spec_of(tmp_path, Sessions(), "ProcessingTime")
     run_batch(spec, 0, [{"k": 1, "v": 2}, {"k": 2, "v": 5}], time_ms=1000)
