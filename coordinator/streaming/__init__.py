@@ -1,6 +1,7 @@
 """coordinator.streaming: ``stateful_foreach_batch``, a user's ``applyInPandasWithState`` function
 run in ``foreachBatch`` with each key's state kept on the executor its job model names
-(DESIGN.md "Spark streaming").
+(DESIGN.md "Spark streaming"); ``stateful_processor_foreach_batch``, the same for a Spark 4
+``StatefulProcessor`` (``transformWithStateInPandas``'s class).
 
 - :mod:`~coordinator.streaming.query`: the ``foreachBatch`` handler (:class:`StatefulQuery`);
 - :mod:`~coordinator.streaming.runtime`: what every query's driver keeps, and the two ends of a
