@@ -1,6 +1,7 @@
 """coordinator.streaming: ``stateful_foreach_batch``, a user's ``applyInPandasWithState`` function
 run in ``foreachBatch`` with each key's state kept on the executor its job model names
-(DESIGN.md "Spark streaming").
+(DESIGN.md "Spark streaming"); ``stateful_processor_foreach_batch``, the same for a Spark 4
+``StatefulProcessor`` (``transformWithStateInPandas``'s class).
 
 - :mod:`~coordinator.streaming.query`: the ``foreachBatch`` handler (:class:`StatefulQuery`);
 - :mod:`~coordinator.streaming.runtime`: what every query's driver keeps, and the two ends of a
@@ -26,6 +27,8 @@ from typing import Any
 from coordinator.config import JobConfig
 from coordinator.streaming.query import StatefulQuery
 from coordinator.streaming.runtime import BatchReport, StreamingBatchError, StreamingUsageError
+from locality.spark.state.processor import ProcessorFunction
+from locality.spark.state.processor_state import ProcessorUsageError
 
 __all__ = [
     "BatchReport",
@@ -33,6 +36,7 @@ __all__ = [
     "StreamingBatchError",
     "StreamingUsageError",
     "stateful_foreach_batch",
+    "stateful_processor_foreach_batch",
 ]
 
 
@@ -60,6 +64,51 @@ def stateful_foreach_batch(
         key_columns=key_columns,
         output_schema=output_schema,
         state_schema=state_schema,
+        sink=sink,
+        config=config,
+        **options,
+    )
+
+
+#: The state schema a processor's query declares to the runtime: its state variables carry
+#: their own schemas (the function path's per-key state map is not used).
+_PROCESSOR_STATE = "_processor_state long"
+
+
+def stateful_processor_foreach_batch(
+    processor: Any,
+    *,
+    key_columns: Iterable[str],
+    output_schema: Any,
+    time_mode: str = "None",
+    sink: Callable[[Any, int], None],
+    config: JobConfig,
+    initial_state: Any = None,
+    **options: Any,
+) -> StatefulQuery:
+    """A ``foreachBatch`` handler running ``processor`` (a Spark 4 ``StatefulProcessor``, the
+    one ``transformWithStateInPandas(processor, output_schema, "Append", time_mode)`` takes)
+    per key, its state variables kept local on the executor its job model names
+    (:mod:`locality.spark.state.processor`). ``time_mode``: ``"None"`` or
+    ``"ProcessingTime"``; what affinity does not run yet (``"EventTime"``, ``initial_state``)
+    is refused here, before the query starts. ``options`` as for
+    :func:`stateful_foreach_batch` (``timeout`` excepted: timers replace it)."""
+    if initial_state is not None:
+        raise StreamingUsageError(
+            "initial_state is not supported by stateful_processor_foreach_batch yet"
+        )
+    if "timeout" in options:
+        raise StreamingUsageError("a processor query takes no timeout: register timers instead")
+    function = ProcessorFunction(processor, time_mode)
+    try:
+        function.check()
+    except ProcessorUsageError as exc:
+        raise StreamingUsageError(str(exc)) from None
+    return StatefulQuery(
+        function,
+        key_columns=key_columns,
+        output_schema=output_schema,
+        state_schema=_PROCESSOR_STATE,
         sink=sink,
         config=config,
         **options,

@@ -24,6 +24,16 @@ pytestmark = pytest.mark.spark
 PAGE = "docs/spark.md"
 BATCHES = [[("u1", 3), ("u2", 1), ("u1", 2)], [("u2", 5), ("u3", 1)], [("u1", 1)]]
 EXPECTED = {0: [("u1", 2, 5), ("u2", 1, 1)], 1: [("u2", 2, 6), ("u3", 1, 1)], 2: [("u1", 3, 6)]}
+# the processor's: clicks, total and values not seen before, per user
+EXPECTED_TWS = {
+    0: [("u1", 2, 5, 2), ("u2", 1, 1, 1)],
+    1: [("u2", 2, 6, 1), ("u3", 1, 1, 1)],
+    2: [("u1", 3, 6, 1)],
+}
+SPARK_CONF = (  # what the tws-before block sets on the session (put back after it)
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.noDataMicroBatches.enabled",
+)
 # a structlog line below warning (console or JSON rendering)
 CHATTY = re.compile(r"\[(debug|info)\s*\]|\"level\": \"(debug|info)\"")
 
@@ -81,3 +91,36 @@ def test_before_and_after_run_as_written_and_agree(
     printed = capfd.readouterr()
     chatty = [line for line in printed.out.splitlines() if CHATTY.search(line)]
     assert chatty == [], chatty[:5]  # logging.level warning: no debug or info line of ours
+
+
+def test_a_transform_with_state_query_moves_over_as_written(
+    app: SparkApp,
+    zk_private_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write_clicks(tmp_path / "clicks")
+    (tmp_path / "clicks.yaml").write_text(snippet(PAGE, "clicks.yaml"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AFFINITY_ZK_CONNECT", zk_private_server.hosts)
+    monkeypatch.setenv("AFFINITY_STATE__CHECKPOINT_DIR", str(tmp_path / "durable"))
+    monkeypatch.setenv("AFFINITY_STATE__LOCAL_DIR", str(tmp_path / "local"))
+    assert app.session is not None
+    outputs = {}
+    for way in ("tws-before", "tws-after"):
+        namespace: dict[str, Any] = {
+            "__name__": f"docs_spark_{way}",  # not importable: classes travel by value
+            "spark": app.session,
+            "input_dir": str(tmp_path / "clicks"),
+            "cp": str(tmp_path / f"checkpoint-{way}"),
+        }
+        try:
+            run_snippets(["setup", "tws-processor", way], namespace)
+        finally:
+            if "handler" in namespace:
+                namespace["handler"].close()
+            for name in SPARK_CONF:
+                app.session.conf.unset(name)
+        outputs[way] = namespace["outputs"]
+    assert outputs["tws-before"] == EXPECTED_TWS
+    assert outputs["tws-after"] == EXPECTED_TWS

@@ -121,6 +121,10 @@ def run_task_batch(
     output is refused is written anywhere."""
     import pandas as pd
 
+    own = getattr(spec.func, "run_task_batch", None)
+    if own is not None:  # a StatefulProcessor (locality.spark.state.processor) runs its own way
+        outcome: TaskOutcome = own(spec, work, location, prepare)
+        return outcome
     space, opened = open_task_state(spec.store, work.task, work.key_groups, work.start, location)
     began = time.perf_counter()
     outputs: list[pd.DataFrame] = []

@@ -1,0 +1,273 @@
+"""A Spark 4 ``StatefulProcessor`` (``transformWithStateInPandas``) run per task of the pinned
+stage, its state in the task's object space (:mod:`.processor_state`).
+
+:class:`ProcessorFunction` is the ``QuerySpec.func`` of such a query; :func:`run_task_batch`
+of :mod:`.runner` hands the batch to its :meth:`ProcessorFunction.run_task_batch`, which does
+per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
+
+1. a fresh copy of the processor (``copy.deepcopy``), ``init(handle)``;
+2. ``handleInputRows(key, iter([rows]), timerValues)`` per key with rows, keys in (key group,
+   key) order; its DataFrames are the output;
+3. the expired timers, all keys (also those with rows in the batch), in (expiry, key) order:
+   ProcessingTime fires a timer whose expiry is at or before the batch's processing time (as
+   Spark's ``TimerStateImpl.getExpiredTimers``); each fires
+   ``handleExpiredTimer(key, timerValues, ExpiredTimerInfo)`` once and is then deleted;
+4. ``close()``; values whose TTL passed are dropped from the state; the batch is checkpointed.
+
+``timerValues`` give the batch's processing time and watermark (-1 in time mode None, as in
+Spark). Errors from the processor fail the task naming the key, as for a function
+(:class:`.runner.StatefulFunctionError`). What is not supported yet is refused by
+:meth:`ProcessorFunction.check` on the driver, before the query starts: ``EventTime`` (no
+watermark yet) and an initial state. Imports pandas lazily.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from locality.spark.state.processor_state import (
+    TIME_MODES,
+    TIMERS,
+    ProcessorContext,
+    ProcessorUsageError,
+    StateHandle,
+    key_text,
+)
+from locality.spark.state.schema import SchemaError, StateValueError
+from locality.spark.state.store import new_token, open_task_state, save_task_state
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from locality.spark.state.runner import QuerySpec, TaskBatch, TaskOutcome
+
+__all__ = ["ExpiredTimerInfo", "ProcessorFunction", "TimerValues", "time_mode_of"]
+
+
+class TimerValues:
+    """pyspark's ``TimerValues``: the batch's processing time and watermark."""
+
+    def __init__(self, currentProcessingTimeInMs: int = -1, currentWatermarkInMs: int = -1):
+        self._processing = currentProcessingTimeInMs
+        self._watermark = currentWatermarkInMs
+
+    def getCurrentProcessingTimeInMs(self) -> int:
+        return self._processing
+
+    def getCurrentWatermarkInMs(self) -> int:
+        return self._watermark
+
+
+class ExpiredTimerInfo:
+    """pyspark's ``ExpiredTimerInfo``: the expiry of the timer that fired."""
+
+    def __init__(self, expiryTimeInMs: int = -1) -> None:
+        self._expiry = expiryTimeInMs
+
+    def getExpiryTimeInMs(self) -> int:
+        return self._expiry
+
+
+def time_mode_of(mode: object) -> str:
+    """``mode`` as one of :data:`TIME_MODES` (case-insensitive), else a one-line error."""
+    for known in TIME_MODES:
+        if isinstance(mode, str) and mode.lower() == known.lower():
+            return known
+    raise ProcessorUsageError(f"timeMode must be one of {TIME_MODES}, got {mode!r}")
+
+
+@dataclass(frozen=True)
+class ProcessorFunction:
+    """A ``StatefulProcessor`` and its time mode, as a query's function (module docstring)."""
+
+    processor: Any
+    time_mode: str = "None"
+
+    def check(self) -> None:
+        """Refuse, on the driver, what affinity does not run: called before the query starts
+        (the processor's ``init`` runs once against a handle without state, as Spark's driver
+        does, so schemas and TTLs are checked there)."""
+        mode = time_mode_of(self.time_mode)
+        if mode == "EventTime":
+            raise ProcessorUsageError(
+                "timeMode 'EventTime' is not supported by affinity yet (no watermark): use "
+                "'ProcessingTime' or 'None'"
+            )
+        for method in ("init", "handleInputRows"):
+            if not callable(getattr(self.processor, method, None)):
+                raise ProcessorUsageError(
+                    f"processor must be a StatefulProcessor: {type(self.processor).__name__} "
+                    f"has no {method}()"
+                )
+        processor = copy.deepcopy(self.processor)
+        try:
+            processor.init(StateHandle(ProcessorContext(None, mode)))
+        except (SchemaError, ProcessorUsageError) as exc:
+            raise ProcessorUsageError(f"{type(processor).__name__}.init: {exc}") from None
+        _close(processor)
+
+    def __call__(self, *args: Any) -> Iterator[Any]:
+        raise TypeError("a ProcessorFunction runs whole task batches (run_task_batch)")
+
+    def run_task_batch(
+        self,
+        spec: QuerySpec,
+        work: TaskBatch,
+        location: str,
+        prepare: Callable[[pd.DataFrame], Any] | None = None,
+    ) -> TaskOutcome:
+        """One task's micro-batch (module docstring): the same result shape as a function's."""
+        import pandas as pd
+
+        from locality.spark.state.runner import TaskOutcome
+
+        space, opened = open_task_state(
+            spec.store, work.task, work.key_groups, work.start, location
+        )
+        began = time.perf_counter()
+        mode = time_mode_of(self.time_mode)
+        context = ProcessorContext(space, mode, *_times(mode, work.batch_time_ms))
+        run = _Run(copy.deepcopy(self.processor), context, spec, work.batch)
+        handle = StateHandle(context)
+        run.guard(None, lambda: run.processor.init(handle))
+        handle.in_init = False
+        for group_id, key, rows in sorted(work.rows, key=lambda r: (r[0], key_text(r[1]))):
+            context.group_id, context.key = group_id, key_text(key)
+            values = TimerValues(context.batch_time_ms, context.watermark_ms)
+            run.collect(key, partial(run.processor.handleInputRows, key, iter([rows]), values))
+        fired = run.fire_timers() if mode != "None" else 0
+        run.guard(None, lambda: _close(run.processor))
+        _drop_expired(context, handle.ttl_names)
+        frames = [f for f in run.outputs if len(f)]
+        output = (
+            pd.concat(frames, ignore_index=True)
+            if frames
+            else pd.DataFrame({c: [] for c in spec.output_columns})
+        )
+        prepared = prepare(output) if prepare is not None else None
+        token = new_token()
+        report = save_task_state(spec.store, work.task, space, work.batch, location, token)
+        return TaskOutcome(
+            task=work.task,
+            output=output,
+            token=token,
+            key_groups=space.key_groups,
+            source=opened.source,
+            bytes_restored=opened.bytes_restored,
+            bytes_local=opened.bytes_local,
+            bytes_written=report.bytes_written,
+            keys_called=run.calls,
+            timed_out=fired,
+            open_s=opened.seconds,
+            run_s=time.perf_counter() - began,
+            heads=space.heads(),
+            prepared=prepared,
+        )
+
+
+def _times(mode: str, batch_time_ms: int) -> tuple[int, int]:
+    """(processing time, watermark) the processor sees: -1 and -1 in time mode None."""
+    if mode == "None":
+        return -1, -1
+    return batch_time_ms, -1
+
+
+def _close(processor: Any) -> None:
+    close = getattr(processor, "close", None)
+    if callable(close):
+        close()
+
+
+class _Run:
+    """One task batch's calls of the processor: their output, errors named by key."""
+
+    def __init__(self, processor: Any, context: ProcessorContext, spec: QuerySpec, batch: int):
+        self.processor = processor
+        self.context = context
+        self.spec = spec
+        self.batch = batch
+        self.outputs: list[pd.DataFrame] = []
+        self.calls = 0
+
+    def guard(self, key: tuple[Any, ...] | None, call: Callable[[], Any]) -> Any:
+        from locality.spark.state.runner import StatefulFunctionError
+
+        where = f"batch {self.batch}" + (f", key {key!r}" if key is not None else "")
+        try:
+            return call()
+        except StateValueError as exc:
+            raise StatefulFunctionError(f"{where}: a state value does not fit: {exc}") from None
+        except Exception as exc:
+            raise StatefulFunctionError(
+                f"{where}: the stateful processor raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def collect(self, key: tuple[Any, ...], call: Callable[[], Iterable[Any] | None]) -> None:
+        from locality.spark.state.runner import _output_frame
+
+        self.calls += 1
+        self.outputs += self.guard(
+            key, lambda: [_output_frame(f, self.spec.output_columns) for f in (call() or ())]
+        )
+
+    def fire_timers(self) -> int:
+        """Step 3 of the module docstring; the number of timers fired."""
+        context = self.context
+        due = context.batch_time_ms
+        assert context.space is not None
+        pending: list[tuple[int, int, str]] = []
+        for group_id in context.space.key_groups:
+            group = context.space.group(group_id)
+            if TIMERS in group:
+                for text, held in group.get_map(TIMERS).items():
+                    timers = held if isinstance(held, list) else []
+                    pending += [
+                        (t, group_id, text) for t in timers if isinstance(t, int) and t <= due
+                    ]
+        fired = 0
+        for expiry, group_id, text in sorted(pending):
+            held = context.space.group(group_id).get_map(TIMERS).get(text)
+            if not isinstance(held, list) or expiry not in held:
+                continue  # deleted by a timer that fired before it
+            context.group_id, context.key = group_id, text
+            key = tuple(json.loads(text))
+            values = TimerValues(context.batch_time_ms, context.watermark_ms)
+            self.collect(
+                key, partial(_expired, self.processor, key, values, ExpiredTimerInfo(expiry))
+            )
+            StateHandle(context).deleteTimer(expiry)
+            fired += 1
+        return fired
+
+
+def _expired(processor: Any, key: tuple[Any, ...], values: TimerValues, info: Any) -> Any:
+    handler = getattr(processor, "handleExpiredTimer", None)
+    return handler(key, values, info) if callable(handler) else ()
+
+
+def _drop_expired(context: ProcessorContext, names: list[str]) -> None:
+    """Remove the entries whose TTL passed (Spark evicts them at the end of the batch too)."""
+    if context.space is None:
+        return
+    for name in names:
+        for group_id in context.space.key_groups:
+            group = context.space.group(group_id)
+            if name not in group:
+                continue
+            entries = group.get_map(name)
+            for entry, stored in list(entries.items()):
+                if name.startswith("tws/list/") and isinstance(stored, list):
+                    live = [i for i in stored if not context.expired(i[1])]  # type: ignore[index]
+                    if live and len(live) != len(stored):
+                        entries[entry] = live
+                    elif not live:
+                        del entries[entry]
+                elif isinstance(stored, list) and context.expired(stored[1]):
+                    del entries[entry]
+        context.forget_map(name)
