@@ -26,10 +26,12 @@ Plugging in an object store
 ---------------------------
 Everything goes through :class:`Storage`: the key-group file operations of
 :class:`~locality.spark.state.objectspace.CheckpointStorage` (list a key group's files, read
-one, create one atomically and never overwrite, delete one) and four record operations. An S3 /
-GCS / Azure implementation maps a key group to a prefix, ``create_file`` to a conditional put
+one, create one atomically and never overwrite, delete one), five record operations and four
+for kept outputs (the exactly-once Kafka output). An S3 / GCS / Azure implementation maps a key
+group to a prefix, ``create_file`` and ``create_record`` to a conditional put
 (``If-None-Match: *``: fails if the object exists; atomic by nature), ``list_files`` to a
-listing of the prefix (strongly consistent on S3 since 2020), and ``put_record`` to a plain put.
+listing of the prefix (strongly consistent on S3 since 2020), and ``put_record`` and
+``put_output`` to a plain put.
 Pass it as ``stateful_foreach_batch(..., storage=...)``; it is pickled to the executors with
 each task, so it must be picklable (hold credentials by reference, not in the object).
 :class:`DirectoryStateStorage` is the filesystem one (a shared mount, HDFS through FUSE, or one
