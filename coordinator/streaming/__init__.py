@@ -10,7 +10,13 @@ run in ``foreachBatch`` with each key's state kept on the executor its job model
   driver, the fenced commit, pruning);
 - :mod:`~coordinator.streaming.stage`, :mod:`~coordinator.streaming.routing`: the pinned stage
   (one shuffle) and the routing columns it computes on the executors;
-- :mod:`~coordinator.streaming.standby`: the standby stage after each commit.
+- :mod:`~coordinator.streaming.standby`: the standby stage after each commit;
+- :mod:`~coordinator.streaming.reports`, :mod:`~coordinator.streaming.history`: a batch's
+  report, and its entry in the job's history in ZooKeeper;
+- :mod:`~coordinator.streaming.kafka_query` (``stateful_kafka_query``: tasks that own their Kafka
+  partitions), with :mod:`~coordinator.streaming.kafka_layout` (partitions to tasks),
+  :mod:`~coordinator.streaming.kafka_offsets` (where a batch starts reading) and
+  :mod:`~coordinator.streaming.kafka_output` (exactly-once or at-least-once output).
 
 The streaming runtime is a coordinator member (a Spark driver following job models for its
 executors, optionally with a coordinator replica embedded), so it sits above ``member`` and
