@@ -40,7 +40,7 @@ from locality.spark.state.processor_state import (
     key_text,
 )
 from locality.spark.state.schema import SchemaError, StateValueError
-from locality.spark.state.store import new_token, open_task_state, save_task_state
+from locality.spark.state.store import open_task_state
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -123,9 +123,7 @@ class ProcessorFunction:
         prepare: Callable[[pd.DataFrame], Any] | None = None,
     ) -> TaskOutcome:
         """One task's micro-batch (module docstring): the same result shape as a function's."""
-        import pandas as pd
-
-        from locality.spark.state.runner import TaskOutcome
+        from locality.spark.state.runner import finish_task_batch
 
         space, opened = open_task_state(
             spec.store, work.task, work.key_groups, work.start, location
@@ -144,30 +142,9 @@ class ProcessorFunction:
         fired = run.fire_timers() if mode != "None" else 0
         run.guard(None, lambda: _close(run.processor))
         _drop_expired(context, handle.ttl_names)
-        frames = [f for f in run.outputs if len(f)]
-        output = (
-            pd.concat(frames, ignore_index=True)
-            if frames
-            else pd.DataFrame({c: [] for c in spec.output_columns})
-        )
-        prepared = prepare(output) if prepare is not None else None
-        token = new_token()
-        report = save_task_state(spec.store, work.task, space, work.batch, location, token)
-        return TaskOutcome(
-            task=work.task,
-            output=output,
-            token=token,
-            key_groups=space.key_groups,
-            source=opened.source,
-            bytes_restored=opened.bytes_restored,
-            bytes_local=opened.bytes_local,
-            bytes_written=report.bytes_written,
-            keys_called=run.calls,
-            timed_out=fired,
-            open_s=opened.seconds,
-            run_s=time.perf_counter() - began,
-            heads=space.heads(),
-            prepared=prepared,
+        called = (run.calls, fired)
+        return finish_task_batch(
+            spec, work, location, (space, opened, began), run.outputs, called, prepare
         )
 
 

@@ -26,6 +26,7 @@ from locality.spark.state.groupstate import NO_TIMEOUT, KeyState
 from locality.spark.state.objectspace import KeyGroup, ObjectSpace
 from locality.spark.state.schema import Field, StateValueError, to_python
 from locality.spark.state.store import (
+    OpenReport,
     StartPoint,
     StoreSpec,
     new_token,
@@ -119,7 +120,6 @@ def run_task_batch(
     checks and converts the output before anything is checkpointed (it raises
     :class:`StatefulFunctionError` for output that does not fit): nothing of a batch whose
     output is refused is written anywhere."""
-    import pandas as pd
 
     own = getattr(spec.func, "run_task_batch", None)
     if own is not None:  # a StatefulProcessor (locality.spark.state.processor) runs its own way
@@ -137,6 +137,26 @@ def run_task_batch(
     for group_id, key_text in expired:
         key = tuple(json.loads(key_text))
         outputs += _call(spec, space.group(group_id), key, key_text, [], work, timed_out=True)
+    called = (len(seen) + len(expired), len(expired))
+    return finish_task_batch(spec, work, location, (space, opened, began), outputs, called, prepare)
+
+
+def finish_task_batch(
+    spec: QuerySpec,
+    work: TaskBatch,
+    location: str,
+    opened: tuple[ObjectSpace, OpenReport, float],
+    outputs: Sequence[pd.DataFrame],
+    called: tuple[int, int],
+    prepare: Callable[[pd.DataFrame], Any] | None,
+) -> TaskOutcome:
+    """The end of a task's batch, whatever ran it: the output joined and checked (``prepare``)
+    *before* the checkpoint, the checkpoint under a fresh attempt token, the outcome with the
+    chain heads the commit needs. ``opened``: (the space, how it was opened, when the run began);
+    ``called``: (keys called, of which timed out)."""
+    import pandas as pd
+
+    space, report_open, began = opened
     frames = [f for f in outputs if len(f)]
     output = pd.concat(frames, ignore_index=True) if frames else _empty(spec.output_columns)
     prepared = prepare(output) if prepare is not None else None
@@ -147,13 +167,13 @@ def run_task_batch(
         output=output,
         token=token,
         key_groups=space.key_groups,
-        source=opened.source,
-        bytes_restored=opened.bytes_restored,
-        bytes_local=opened.bytes_local,
+        source=report_open.source,
+        bytes_restored=report_open.bytes_restored,
+        bytes_local=report_open.bytes_local,
         bytes_written=report.bytes_written,
-        keys_called=len(seen) + len(expired),
-        timed_out=len(expired),
-        open_s=opened.seconds,
+        keys_called=called[0],
+        timed_out=called[1],
+        open_s=report_open.seconds,
         run_s=time.perf_counter() - began,
         heads=space.heads(),
         prepared=prepared,
