@@ -1,14 +1,23 @@
-"""Kafka to Kafka: what exactly-once output costs against at-least-once.
+"""Kafka to Kafka: what exactly-once output costs against at-least-once, and Spark's own query.
 
 One Spark application on the 3-worker standalone cluster, a Kafka broker (KRaft) and a private
-ZooKeeper. Two Kafka queries (``stateful_kafka_query``, 12 partitions, 12 tasks, a count per key
-over 10,000 keys) write their output to a topic, one with ``delivery="exactly-once"`` (kept with
-the checkpoint, published after the commit with a publish mark), one with
-``delivery="at-least-once"`` (written by the tasks while they run). Per batch size: one fill
-batch (every key once), then ``--batches`` measured batches per way, alternating; per batch the
-seconds of ``run_batch`` and the end-to-end latency, from the first record produced to the
-batch's last output record visible to a read_committed reader. Medians; the ratio is
-exactly-once over at-least-once.
+ZooKeeper. Three queries count per key over 10,000 keys (12 partitions, 12 tasks) and write
+their output to a topic:
+
+- ``stateful_kafka_query`` with ``delivery="exactly-once"`` (kept with the checkpoint, published
+  after the commit with a publish mark);
+- ``stateful_kafka_query`` with ``delivery="at-least-once"`` (written by the tasks while they
+  run);
+- Spark's own query: Spark's Kafka source, ``groupBy("key").applyInPandasWithState`` (RocksDB
+  state store, 12 state partitions) and Spark's Kafka sink, which is at least once. It runs
+  all along with the default trigger; a batch is timed from the last record produced to
+  ``processAllAvailable`` returning (Spark may start on the records while they are produced,
+  which only helps its figures).
+
+Per batch size: one fill batch (every key once), then ``--batches`` measured batches per way,
+alternating; per batch the seconds of the batch and the end-to-end latency, from the first
+record produced to the batch's last output record visible to a read_committed reader. Medians;
+the ratios are over affinity's at-least-once and over Spark's own query.
 
 Usage: ``python benchmarks/kafka_delivery.py [--sizes 100000 1000000] [--batches 3] [--doc PATH]
 [--no-write]`` (not part of ``make test``).
@@ -35,7 +44,7 @@ import structlog  # noqa: E402
 
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
 from coordinator.config import JobConfig, load_config  # noqa: E402
-from coordinator.demo.race_ways import HOSTS  # noqa: E402
+from coordinator.demo.race_ways import HOSTS, spark_state_conf  # noqa: E402
 from coordinator.launchers.cluster import StandaloneCluster, spark_session  # noqa: E402
 from coordinator.launchers.kafka import KafkaBroker  # noqa: E402
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper  # noqa: E402
@@ -45,7 +54,7 @@ from locality.spark.kafka import end_offsets, write_records  # noqa: E402
 
 PARTITIONS = 12
 KEYS = 10_000
-WAYS = ("exactly-once", "at-least-once")
+WAYS = ("exactly-once", "at-least-once", "spark")
 
 
 def count(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
@@ -94,6 +103,9 @@ class Way:
             delivery=delivery, max_records_per_batch=None,
         )  # fmt: skip
 
+    def close(self) -> None:
+        self.query.close()
+
     def batch(self, rows: int) -> tuple[float, float]:
         """(run_batch seconds, seconds from the first record produced to the batch's output
         visible: when ``run_batch`` returns, both modes have committed the output's
@@ -111,6 +123,57 @@ class Way:
         return done - ran, done - began
 
 
+class SparkOwnWay:
+    """Spark's own query over the same kind of topic: its Kafka source, ``applyInPandasWithState``
+    with the same ``count``, and its Kafka sink (at least once)."""
+
+    delivery = "spark"
+
+    def __init__(self, spark: Any, broker: KafkaBroker, checkpoint: Path) -> None:
+        self.broker = broker
+        self.topic, self.out = "in-spark", "out-spark"
+        broker.create_topic(self.topic, PARTITIONS)
+        broker.create_topic(self.out, PARTITIONS)
+        self.produced = 0
+        for key, value in spark_state_conf(PARTITIONS).items():
+            spark.conf.set(key, value)
+        servers = broker.bootstrap_servers
+        self.query = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", servers)
+            .option("subscribe", self.topic)
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr("CAST(key AS STRING) AS key")
+            .groupBy("key")
+            .applyInPandasWithState(count, "key string, n long", "n long", "update", "NoTimeout")
+            .selectExpr("key", "to_json(struct(key, n)) AS value")
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", servers)
+            .option("topic", self.out)
+            .option("checkpointLocation", str(checkpoint))
+            .outputMode("update")
+            .start()
+        )
+
+    def batch(self, rows: int) -> tuple[float, float]:
+        """(seconds from the last record produced to the records' output in the topic, seconds
+        from the first record produced to it)."""
+        before = sum(end_offsets(self.broker.bootstrap_servers, [self.out]).values())
+        began = time.perf_counter()
+        produce(self.broker, self.topic, self.produced, rows)
+        self.produced += rows
+        ran = time.perf_counter()
+        self.query.processAllAvailable()
+        done = time.perf_counter()
+        after = sum(end_offsets(self.broker.bootstrap_servers, [self.out]).values())
+        assert after - before >= min(rows, KEYS), (after - before, rows)
+        return done - ran, done - began
+
+    def close(self) -> None:
+        self.query.stop()
+
+
 def run(sizes: list[int], batches: int, work: Path) -> list[dict[str, Any]]:
     zk = EmbeddedZooKeeper(work / "zookeeper").start()
     broker = KafkaBroker(work / "kafka").start()
@@ -122,7 +185,10 @@ def run(sizes: list[int], batches: int, work: Path) -> list[dict[str, Any]]:
         log4j_config=cluster.quiet_log4j_config,
         conf={JAR_CONF_KEY: f"{spark_jar()},{spark_jars_conf()}"},
     )  # fmt: skip
-    ways = {d: Way(d, spark, broker, config_of(zk, work, f"d-{d}", f"in-{d}")) for d in WAYS}
+    ways: dict[str, Way | SparkOwnWay] = {
+        d: Way(d, spark, broker, config_of(zk, work, f"d-{d}", f"in-{d}")) for d in WAYS[:2]
+    }
+    ways["spark"] = SparkOwnWay(spark, broker, work / "spark-checkpoint")
     results = []
     try:
         for way in ways.values():
@@ -136,7 +202,7 @@ def run(sizes: list[int], batches: int, work: Path) -> list[dict[str, Any]]:
             print(rows, {d: [f"{s:.2f}/{e:.2f}" for s, e in f] for d, f in figures.items()})
     finally:
         for way in ways.values():
-            way.query.close()
+            way.close()
         spark.stop()
         cluster.stop()
         broker.stop()
@@ -164,23 +230,28 @@ def report(results: list[dict[str, Any]], batches: int) -> str:
                     f"{result['rows'] / seconds:,.0f}",
                     f"{latency:.2f} s",
                     f"{seconds / medians['at-least-once'][0]:.2f}x",
+                    f"{seconds / medians['spark'][0]:.2f}x",
                 ]
             )
     body = table(
         ["records/batch", "delivery", "batch (median)", "records/s", "produce to visible",
-         "time vs at-least-once"],
+         "time vs at-least-once", "time vs Spark's own"],
         rows,
     )  # fmt: skip
     return "\n".join(
         [
-            "## Kafka to Kafka: exactly-once vs at-least-once (`benchmarks/kafka_delivery.py`)",
+            "## Kafka to Kafka: exactly-once vs at-least-once vs Spark's own query "
+            "(`benchmarks/kafka_delivery.py`)",
             "",
             f"{machine()}; 3 executors, {PARTITIONS} partitions and tasks, {KEYS:,} keys, "
             f"medians of {batches} batches per size and way after a fill batch; produce to "
             "visible: from the first record produced to the batch's output committed in the "
             "output topic. Exactly once keeps each task's output with its checkpoint and "
             "publishes it after the commit in one transaction with its publish mark; at least "
-            "once writes it from the tasks.",
+            "once writes it from the tasks. Spark's own: its Kafka source, "
+            "`applyInPandasWithState` (RocksDB, 12 state partitions) and its Kafka sink (at "
+            "least once), timed from the last record produced to `processAllAvailable` "
+            "returning.",
             "",
             body,
         ]
