@@ -52,14 +52,16 @@ def stateful_foreach_batch(
     key_columns: Iterable[str],
     output_schema: Any,
     state_schema: Any,
-    sink: Callable[[Any, int], None],
+    sink: Callable[[Any, int], None] | None = None,
     config: JobConfig,
     **options: Any,
 ) -> StatefulQuery:
     """A ``foreachBatch`` handler running ``func`` (an ``applyInPandasWithState`` function:
     ``(key: tuple, pdfs: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]``) per key,
     each key's state kept local on the executor its job model names; each batch's output
-    DataFrame goes to ``sink(df, batch_id)``. ``config``: the job config
+    DataFrame goes to ``sink(df, batch_id)``, and/or with ``output_topic=`` and ``kafka=`` to a
+    Kafka topic, exactly once by default (``delivery``, ``output_key_column``,
+    ``output_value_column``: as for the Kafka query). ``config``: the job config
     (:func:`coordinator.config.load_config`). ``options``: ``timeout`` (``"NoTimeout"`` or
     ``"ProcessingTimeTimeout"``), ``storage`` (a :class:`locality.spark.state.Storage`),
     ``coordinator`` (``"embedded"``, the default: a coordinator replica in the driver; or

@@ -122,13 +122,6 @@ class KafkaQuery(QueryRuntime):
         )
         if sink is None and output_topic is None:
             raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
-        columns = self.spec.output_columns
-        for what, column in (("key", output_key_column), ("value", output_value_column)):
-            if output_topic is not None and column is not None and column not in columns:
-                raise StreamingUsageError(
-                    f"output_{what}_column {column!r} is not a column of output_schema "
-                    f"{list(columns)} (None: {'no key' if what == 'key' else 'the row as JSON'})"
-                )
         if max_records_per_batch is not None and max_records_per_batch < 1:
             raise StreamingUsageError(
                 f"max_records_per_batch must be at least 1, got {max_records_per_batch}"
@@ -142,23 +135,21 @@ class KafkaQuery(QueryRuntime):
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None
         self.fail_on_data_loss = fail_on_data_loss
-        try:
-            self.output = (
-                KafkaOutput.of(
-                    self.client,
-                    output_topic,
-                    query=f"{config.job.name}-{config.job.id}",
-                    key_column=output_key_column,
-                    value_column=output_value_column,
-                    transactional=transactional,
-                    delivery=delivery,
-                    storage=self.storage,
-                )
-                if output_topic is not None
-                else None
+        self.output = (
+            KafkaOutput.to_topic(
+                self.client,
+                output_topic,
+                query=f"{config.job.name}-{config.job.id}",
+                columns=self.spec.output_columns,
+                key_column=output_key_column,
+                value_column=output_value_column,
+                transactional=transactional,
+                delivery=delivery,
+                storage=self.storage,
             )
-        except ValueError as exc:
-            raise StreamingUsageError(str(exc)) from None
+            if output_topic is not None
+            else None
+        )
         self.layout = self._layout(config)
 
     # ------------------------------------------------------------------ a batch
@@ -251,9 +242,8 @@ class KafkaQuery(QueryRuntime):
         offsets = {_partition(name): end for name, end in commit.offsets.items()}
         metadata = f"affinity batch {commit.batch}"
         steps: list[tuple[str, Callable[[], Any]]] = []
-        if self.output is not None and self.output.publisher is not None:
-            output, sc = self.output, self.spark.sparkContext
-            steps.append(("publish", lambda: output.publish(sc, commit)))
+        if self.output is not None:
+            steps += self.output.after_commit_steps(self.spark.sparkContext, commit)
 
         def show_offsets() -> None:
             commit_group_offsets(self.client, self.group, offsets, metadata=metadata)
@@ -272,21 +262,10 @@ class KafkaQuery(QueryRuntime):
         return lag
 
     def _publish_owed(self, sc: Any) -> None:
-        """Publish the latest commit's output if this driver has not (a publish that failed
-        after the commit, an application restart) before a later batch runs."""
-        if self.output is None or self.output.publisher is None:
-            return
-        self.start(sc)
-        latest = self._commit_log().latest()
-        if latest is None or latest.batch <= self.output.published:
-            return
-        try:
-            self.output.publish(sc, latest)
-        except Exception as exc:
-            raise StreamingBatchError(
-                f"publishing batch {latest.batch}'s output failed (it is committed; the next "
-                f"run_batch publishes it again before going on): {failure_cause(exc)}"
-            ) from exc
+        """Publish the latest commit's output if this driver has not, before a later batch."""
+        if self.output is not None and self.output.publisher is not None:
+            self.start(sc)
+            self.output.publish_owed(sc, self._commit_log().latest())
 
     # ------------------------------------------------------------------ partitions
 

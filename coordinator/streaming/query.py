@@ -19,6 +19,9 @@ Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, bat
    one result row per task (its checkpoint token), never the batch's rows;
 6. ``sink(df, batch_id)`` gets the output rows where the tasks produced them, then the batch is
    committed (the tasks' checkpoint tokens) and task locality is written where each task ran;
+   with ``output_topic=``, the output goes to a Kafka topic too, exactly once by default
+   (:mod:`coordinator.streaming.kafka_output`: kept with the checkpoint, published after the
+   commit, and a publish owed is done before the next batch);
 7. with standby replicas, every standby copy is brought to the commit on its executor's host
    and its lag reported (:mod:`coordinator.streaming.standby`).
 
@@ -36,6 +39,7 @@ from typing import Any
 from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
+from coordinator.streaming.kafka_output import KafkaOutput
 from coordinator.streaming.routing import check_key_columns
 from coordinator.streaming.runtime import (
     BatchReport,
@@ -47,7 +51,8 @@ from coordinator.streaming.runtime import (
 from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from groupers import get_ssp_grouper
 from locality.spark.jvm import JvmClassesMissing, require_classes
-from locality.spark.state import Storage
+from locality.spark.kafka import KafkaClientConfig
+from locality.spark.state import CommitRecord, Storage
 from locality.spark.state.keyspace import KeySpace, key_text
 
 __all__ = [
@@ -76,8 +81,14 @@ class StatefulQuery(QueryRuntime):
         key_columns: Iterable[str],
         output_schema: Any,
         state_schema: Any,
-        sink: Callable[[Any, int], None],
+        sink: Callable[[Any, int], None] | None = None,
         config: JobConfig,
+        output_topic: str | None = None,
+        kafka: KafkaClientConfig | str | None = None,
+        output_key_column: str | None = "key",
+        output_value_column: str | None = None,
+        transactional: bool = True,
+        delivery: str = "exactly-once",
         timeout: str = "NoTimeout",
         storage: Storage | None = None,
         coordinator: str = "embedded",
@@ -99,9 +110,29 @@ class StatefulQuery(QueryRuntime):
             locality_wait=locality_wait,
             in_force_timeout_s=in_force_timeout_s,
         )
+        if sink is None and output_topic is None:
+            raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
+        if output_topic is not None and data_path != "pinned-shuffle":
+            raise StreamingUsageError('output_topic= needs data_path="pinned-shuffle"')
         self.data_path = data_path
         self.sink = sink
+        self.spark_context: Any = None  # the batch's, for the steps after its commit
         self.keyspace = _keyspace(config)
+        self.output = (
+            KafkaOutput.to_topic(
+                kafka,
+                output_topic,
+                query=f"{config.job.name}-{config.job.id}",
+                columns=self.spec.output_columns,
+                key_column=output_key_column,
+                value_column=output_value_column,
+                transactional=transactional,
+                delivery=delivery,
+                storage=self.storage,
+            )
+            if output_topic is not None
+            else None
+        )
 
     def __call__(self, df: Any, batch_id: int) -> None:
         self.run_batch(df, int(batch_id))
@@ -110,10 +141,18 @@ class StatefulQuery(QueryRuntime):
         """Run micro-batch ``batch`` of ``df`` (see the module docstring)."""
         df = drop_heartbeats(df)  # heartbeat rows (with_heartbeat) only make the batch run
         self._check(df)
-        sc = df.sparkSession.sparkContext
+        sc = self.spark_context = df.sparkSession.sparkContext
+        if self.output is not None:
+            self.start(sc)
+            self.output.publish_owed(sc, self._commit_log().latest())
         begun = self.begin(sc, batch, self.keyspace.key_groups())
         stage = self._run_stage(df, begun.plan)
         return self.finish(sc, begun, stage, self.sink)
+
+    def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
+        if self.output is None:
+            return []
+        return self.output.after_commit_steps(self.spark_context, commit)
 
     def _check(self, df: Any) -> None:
         """Refuse, before any state is touched, a stream or session this cannot run."""
@@ -127,16 +166,17 @@ class StatefulQuery(QueryRuntime):
                 raise StreamingUsageError(str(exc)) from None
 
     def _run_stage(self, df: Any, plan: BatchPlan) -> StageRun:
-        run = run_pinned_stage if self.data_path == "pinned-shuffle" else run_driver_stage
         try:
-            return run(
-                df,
-                self.spec,
-                self.keyspace,
-                plan,
-                self.output_schema,
+            if self.data_path == "driver":
+                return run_driver_stage(
+                    df, self.spec, self.keyspace, plan, self.output_schema,
+                    locality_wait=self.locality_wait,
+                )  # fmt: skip
+            return run_pinned_stage(
+                df, self.spec, self.keyspace, plan, self.output_schema,
                 locality_wait=self.locality_wait,
-            )
+                deliver=self.output.deliver if self.output is not None else None,
+            )  # fmt: skip
         except Exception as exc:
             raise StreamingBatchError(
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from coordinator.streaming.routing import routed
@@ -137,10 +137,13 @@ def run_pinned_stage(
     output_schema: Any,
     *,
     locality_wait: str | None,
+    deliver: Callable[..., int] | None = None,
 ) -> StageRun:
-    """Run ``plan``'s batch of ``df`` as one pinned stage (see the module docstring)."""
+    """Run ``plan``'s batch of ``df`` as one pinned stage (see the module docstring); each task
+    hands its output to ``deliver`` too (a Kafka output:
+    :mod:`coordinator.streaming.kafka_output`)."""
     struct, arrow_schema = stage_schemas(df.sparkSession, output_schema)
-    runner = task_runner(spec, plan, arrow_schema, tuple(df.columns))
+    runner = replace(task_runner(spec, plan, arrow_schema, tuple(df.columns)), deliver=deliver)
     with job_description(df.sparkSession.sparkContext, f"affinity batch {plan.batch}"):
         frame = routed(df, keyspace, spec.key_columns, plan.tasks)
         return run_stage(frame, runner, struct, plan, locality_wait=locality_wait)
