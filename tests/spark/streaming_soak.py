@@ -14,7 +14,8 @@ batch :meth:`StreamingSoak.check` compares:
   the reference counts of every record up to the commit: each record counted once;
 - every **output** a batch id delivered to the sink (a batch may be delivered again after a
   failure: at least once) with the reference output of that batch;
-- the Kafka query's **output topic** (``delivery="exactly-once"``), read committed: every
+- each query's **output topic** (``delivery="exactly-once"``: the Kafka query's, and the file
+  query's through ``stateful_foreach_batch(output_topic=...)``), read committed: every
   reference output record of every batch exactly once (0 duplicates, 0 missing).
 
 A mismatch is a **violation** (recorded, and the soak goes on). The faults
@@ -203,8 +204,9 @@ class FileWorkload:
 
     name = "file"
 
-    def __init__(self, soak: StreamingSoak) -> None:
+    def __init__(self, soak: StreamingSoak, output_topic: str) -> None:
         self.soak = soak
+        self.output_topic = output_topic  # stateful_foreach_batch's exactly-once Kafka output
         self.root = soak.tmp / "file-query"
         self.inbox = self.root / "inbox"
         self.inbox.mkdir(parents=True, exist_ok=True)
@@ -221,6 +223,7 @@ class FileWorkload:
         self.handler = stateful_foreach_batch(
             self.soak.function, key_columns=["key"], output_schema="key string, n long",
             state_schema="n long", sink=self.sink, config=self.config,
+            output_topic=self.output_topic, kafka=self.soak.broker_servers,
         )  # fmt: skip
         stream = session.readStream.schema("key string").option("maxFilesPerTrigger", 1)
         self.query = (
@@ -259,6 +262,7 @@ class FileWorkload:
         committed, counts = durable_counts(self.config)
         outputs, after = reference_outputs(self.fed)
         found = _state_problems(self.name, committed, len(self.fed) - 1, counts, after)
+        found += topic_problems(self.name, self.soak.broker_servers, self.output_topic, outputs)
         return found + _output_problems(self.name, self.sink, outputs)
 
 
@@ -328,26 +332,6 @@ class KafkaWorkload:
         table = read_ranges(self.soak.broker_servers, ranges)
         return [bytes(k).decode() for k in table.column("key").to_pylist()]
 
-    def _published(self) -> Counter[tuple[str, int]]:
-        """(key, count) of every record a read_committed reader sees in the output topic."""
-        ends = end_offsets(self.soak.broker_servers, [self.output_topic])
-        ranges = [OffsetRange(p.topic, p.partition, 0, end) for p, end in sorted(ends.items())]
-        table = read_ranges(self.soak.broker_servers, ranges)
-        rows = [json.loads(v) for v in table.column("value").to_pylist()]
-        return Counter((str(r["key"]), int(r["n"])) for r in rows)
-
-    def _topic_problems(self, outputs: list[list[tuple[str, int]]]) -> list[str]:
-        expected: Counter[tuple[str, int]] = Counter(row for rows in outputs for row in rows)
-        seen = self._published()
-        if seen == expected:
-            return []
-        twice = sorted(k for k, n in seen.items() if n > expected.get(k, 0))
-        missing = sorted(k for k, n in expected.items() if seen.get(k, 0) < n)
-        return [
-            f"{self.name}: output topic: {len(twice)} records more than once {twice[:3]}, "
-            f"{len(missing)} missing {missing[:3]}"
-        ]
-
     def check(self) -> list[str]:
         committed, counts = durable_counts(self.config)
         self._record_latest()
@@ -361,8 +345,33 @@ class KafkaWorkload:
         outputs, after = reference_outputs(batches)
         latest = max(self.ends, default=-1)
         found = _state_problems(self.name, committed, latest, counts, after)
-        found += self._topic_problems(outputs)
+        found += topic_problems(self.name, self.soak.broker_servers, self.output_topic, outputs)
         return found + _output_problems(self.name, self.sink, outputs)
+
+
+def published(servers: str, topic: str) -> Counter[tuple[str, int]]:
+    """(key, count) of every record a read_committed reader sees in ``topic``."""
+    ends = end_offsets(servers, [topic])
+    ranges = [OffsetRange(p.topic, p.partition, 0, end) for p, end in sorted(ends.items())]
+    table = read_ranges(servers, ranges)
+    rows = [json.loads(v) for v in table.column("value").to_pylist()]
+    return Counter((str(r["key"]), int(r["n"])) for r in rows)
+
+
+def topic_problems(
+    name: str, servers: str, topic: str, outputs: list[list[tuple[str, int]]]
+) -> list[str]:
+    """Each reference output record in ``topic`` exactly once, or what differs."""
+    expected: Counter[tuple[str, int]] = Counter(row for rows in outputs for row in rows)
+    seen = published(servers, topic)
+    if seen == expected:
+        return []
+    twice = sorted(k for k, n in seen.items() if n > expected.get(k, 0))
+    missing = sorted(k for k, n in expected.items() if seen.get(k, 0) < n)
+    return [
+        f"{name}: output topic: {len(twice)} records more than once {twice[:3]}, "
+        f"{len(missing)} missing {missing[:3]}"
+    ]
 
 
 def _state_problems(
@@ -422,8 +431,10 @@ class StreamingSoak:
     def start(self) -> None:
         self.app.start()
         self.broker.create_topic(self.output_topic, 3)
+        self.broker.create_topic(f"{self.topic}-files-out", 3)
         kafka = KafkaWorkload(self, self.topic, self.output_topic)
-        self.workloads = {"file": FileWorkload(self), "kafka": kafka}
+        files = FileWorkload(self, f"{self.topic}-files-out")
+        self.workloads = {"file": files, "kafka": kafka}
         for workload in self.workloads.values():
             workload.start()
 
