@@ -1,7 +1,8 @@
 """Exactly-once output from the Kafka query to a topic, on the real broker and the 3-worker
 cluster: through a sink crash before the commit, the driver dying between the commit and the
-publish (a new driver publishes what is owed, once), and a publish run again, a read_committed
-reader of the output topic sees each batch's output exactly once. The same crash with
+publish (a new driver publishes what is owed, once), a publish run again, and an executor killed
+in the middle of a publish (its records written, its transaction open), a read_committed reader
+of the output topic sees each batch's output exactly once. The same crash with
 ``delivery="at-least-once"`` shows the duplicates exactly once removes."""
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from affinity_pipeline.cluster import StandaloneCluster
 from pyspark import cloudpickle
 from spark_app import SparkApp
+from stalls import kill_when_marked
 from streaming_soak import InjectedCrash, crash_after_commit
 from test_kafka_query import OUTPUT, count, kafka_config, produce
 
@@ -24,6 +28,7 @@ from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming.kafka_query import KafkaQuery, stateful_kafka_query
 from locality.spark.kafka import OffsetRange, end_offsets, read_range
 from locality.spark.state import latest_commit
+from locality.spark.state.kafka_task import Publisher
 
 pytestmark = pytest.mark.spark
 
@@ -127,3 +132,80 @@ def test_each_batch_reaches_the_topic_once_through_crashes(
     else:
         assert set(seen) == set(expected) and seen != expected  # at least once: duplicates
         assert sum(seen.values()) > sum(expected.values())
+
+
+@dataclass(frozen=True)
+class StallsMidPublish:
+    """A publisher whose first publish once ``armed`` exists stops right before its transaction
+    commits (its records written, the transaction open), writing its executor id to ``marker``
+    (to be killed there); every other publish, and the retry, runs as it is."""
+
+    inner: Publisher
+    armed: str
+    marker: str
+
+    def __call__(self, task: str, payload: tuple[int, str]) -> int:
+        import os
+        import time
+
+        import locality.spark.kafka.publish as publish
+        from locality.spark import current_executor_id
+
+        if not os.path.exists(self.armed) or os.path.exists(self.marker):
+            return self.inner(task, payload)
+        real = publish.TransactionalWriter.commit
+
+        def stalled(writer: Any) -> int:
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return real(writer)
+            os.write(fd, (current_executor_id() or "").encode())
+            os.close(fd)
+            time.sleep(120)  # killed here
+            return real(writer)
+
+        publish.TransactionalWriter.commit = stalled  # type: ignore[method-assign]
+        try:
+            return self.inner(task, payload)
+        finally:
+            publish.TransactionalWriter.commit = real  # type: ignore[method-assign]
+
+
+def test_an_executor_killed_in_the_middle_of_a_publish_publishes_once(
+    app: SparkApp,
+    spark_cluster: StandaloneCluster,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    topic, out = kafka_topic(4), kafka_topic(3)
+    config = kafka_config(zk_server, tmp_path, topic, 4)
+    armed, marker = tmp_path / "armed", tmp_path / "stalled"
+    assert app.session is not None
+    query = stateful_kafka_query(
+        count, spark=app.session, kafka=kafka_broker.bootstrap_servers, output_schema=OUTPUT,
+        state_schema="n long, total long", config=config, output_topic=out,
+    )  # fmt: skip
+    assert query.output is not None and query.output.publisher is not None
+    query.output.publisher = StallsMidPublish(query.output.publisher, str(armed), str(marker))  # type: ignore[assignment]
+    produced = [range(0, 300), range(300, 500), range(500, 600)]
+    killed: list[str] = []
+    try:
+        produce(kafka_broker, topic, 0, 300)
+        query.run_batch()
+        produce(kafka_broker, topic, 300, 200)
+        armed.touch()
+        watcher = kill_when_marked(marker, spark_cluster, app.app_id, killed)
+        during = query.run_batch()  # committed; its publish is killed mid-transaction
+        watcher.join(5)
+        armed.unlink()
+        assert killed, "no publish stalled"
+        app.ready(exclude=tuple(killed))
+        produce(kafka_broker, topic, 500, 100)
+        after = query.run_batch()  # publishes what batch 1 still owes (if anything) first
+    finally:
+        query.close()
+    assert (during.batch, after.batch) == (1, 2)
+    assert output_records(kafka_broker, out) == expected_records(produced)  # each record once
