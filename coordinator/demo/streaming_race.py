@@ -15,6 +15,9 @@ the next batch's file and runs both queries (alternating which goes first). Fail
 - :meth:`StreamingRace.restart_application`: both queries and the application stopped, a new
   application started from the same checkpoints.
 
+``kafka=True`` reads the clicks from a topic of a real broker (:mod:`coordinator.demo.race_kafka`);
+``processor=True`` runs a ``StatefulProcessor`` both ways (:mod:`coordinator.demo.race_processor`).
+
 Every process it started is stopped by :meth:`StreamingRace.stop`.
 """
 
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.demo.race_kafka import KafkaAffinityWay, KafkaRaceInput, KafkaSparkWay
+from coordinator.demo.race_processor import AffinityProcessorWay, SparkProcessorWay
 from coordinator.demo.race_ways import (
     HOSTS,
     LOCALITY_WAIT,
@@ -75,8 +79,12 @@ class StreamingRace:
         note: Callable[[str], None] = lambda message: None,
         executor_memory: str = "512m",
         kafka: bool = False,
+        processor: bool = False,
     ) -> None:
+        if kafka and processor:
+            raise ValueError("the race runs a processor over the file source only")
         self.workdir, self.source, self.tasks, self.note = workdir, source, tasks, note
+        self.processor = processor
         self.executor_memory = executor_memory
         self.broker = KafkaBroker(workdir / "kafka") if kafka else None
         if self.broker is not None:  # the clicks are records of a topic on a real broker
@@ -113,6 +121,11 @@ class StreamingRace:
         source = self.source
         if self.broker is None or not isinstance(source, KafkaRaceInput):
             config = race_config(self.zookeeper.hosts, self.workdir, self.tasks)
+            if self.processor:
+                return {
+                    "affinity": AffinityProcessorWay(source, affinity_ckpt, config),
+                    "spark": SparkProcessorWay(source, spark_ckpt, self.tasks),
+                }
             return {
                 "affinity": AffinityWay(source, affinity_ckpt, config),
                 "spark": SparkWay(source, spark_ckpt, self.tasks),

@@ -187,6 +187,10 @@ def reference_outputs(
 
 def crash_after_commit(handler: QueryRuntime) -> None:
     """The handler's next commit is followed by the driver 'dying' (before Spark's commit)."""
+    if handler.commits is None:  # a handler that has run no batch yet opens its log first
+        from pyspark import SparkContext
+
+        handler.start(SparkContext.getOrCreate())
     commits = handler.commits
     assert commits is not None
     real = commits.commit
