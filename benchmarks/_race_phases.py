@@ -6,19 +6,31 @@ and their table rows)."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import structlog
+
+from benchmarks._report import DOC, table, write_section
 from coordinator.demo.race_ways import WAYS, RaceBatch, RaceInput
 from coordinator.demo.streaming_race import StreamingRace
 
 PHASES = ("steady state", "executor killed", "application restarted")
 HEADERS = ["records/batch", "phase", "way", "median s", "records/s", "first batch", "loaded"]
 HEADERS += ["warm"]
+
+
+QUICK = (20_000,)
+FULL = (1_000_000, 4_000_000)
 
 
 def note(message: str) -> None:
@@ -92,3 +104,46 @@ def steady_ratio(result: dict[str, Any]) -> str:
     steady = result["phases"][PHASES[0]]
     ours, theirs = steady["affinity"]["records_per_s"], steady["spark"]["records_per_s"]
     return f"{ours / theirs:.2f}" if ours and theirs else "-"
+
+
+def main(
+    argv: list[str] | None,
+    description: str,
+    section: str,
+    race: Callable[[int, int, int], dict[str, Any]],
+    markdown: Callable[[list[dict[str, Any]], str], str],
+) -> int:
+    """A race benchmark's command line: ``--quick`` (one small size), ``--doc``, ``--no-write``,
+    ``--json``; writes ``markdown(results, load)`` as ``section`` of the doc."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="one small size (a smoke test)")
+    parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to write")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
+    args = parser.parse_args(argv)
+    for name in ("kazoo", "py4j", "affinity", "metadata", "locality"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    sizes, steady, per_phase = (QUICK, 1, 1) if args.quick else (FULL, 2, 2)
+    results = [race(rows, steady, per_phase) for rows in sizes]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    text = markdown(results, load)
+    print(text)
+    if not args.no_write:
+        write_section(section, text, doc=args.doc)
+    if args.json:
+        print(json.dumps(results))
+    return 0 if all(r["outputs_equal_reference"] for r in results) else 1
+
+
+def race_markdown(title: str, intro: str, results: list[dict[str, Any]]) -> str:
+    """The section: ``title``, ``intro``, the table, then per size affinity's steady records/s
+    over Spark's and whether the outputs were right."""
+    outcomes = [
+        f"- {r['rows']:,} records a batch: affinity / spark records/s {steady_ratio(r)}; outputs "
+        f"equal the reference: {'yes' if r['outputs_equal_reference'] else 'NO'}."
+        for r in results
+    ]
+    return "\n".join(
+        [f"## {title}", "", intro, "", table(HEADERS, table_rows(results)), "", *outcomes]
+    )

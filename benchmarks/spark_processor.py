@@ -23,23 +23,16 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
 from typing import Any  # noqa: E402
 
-import structlog  # noqa: E402
-
-from benchmarks._race_phases import HEADERS, race_phases, steady_ratio, table_rows  # noqa: E402
-from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
+from benchmarks._race_phases import main as race_main  # noqa: E402
+from benchmarks._race_phases import race_markdown, race_phases  # noqa: E402
+from benchmarks._report import machine  # noqa: E402
 from coordinator.demo.race_processor import BUCKETS  # noqa: E402
 
 TASKS = 8  # the file race: a power of two (the elasticity factor of its one input)
 USERS = 10_000
 PAD = 1_000  # state characters per user: 10 MB of state per way, plus the buckets
-FULL = (1_000_000, 4_000_000)
-QUICK = (20_000,)
 
 
 def race_size(rows: int, steady: int, per_phase: int) -> dict[str, Any]:
@@ -48,48 +41,23 @@ def race_size(rows: int, steady: int, per_phase: int) -> dict[str, Any]:
 
 
 def markdown(results: list[dict[str, Any]], load: str) -> str:
-    lines = [
-        "## A StatefulProcessor: affinity vs Spark's transformWithStateInPandas (RocksDB)",
-        "",
+    intro = (
         f"`benchmarks/spark_processor.py` on {machine()}; load average at the end: {load}. The "
         f"file source, {TASKS} tasks / state partitions, {USERS:,} users; the processor keeps "
         f"per user a MapState of {BUCKETS} value buckets, its totals and {PAD:,} characters of "
         "padding; a fill batch, then per phase its batches; 3 workers of one core, executors of "
         "1 GB. affinity: `stateful_processor_foreach_batch`; spark: "
-        "`transformWithStateInPandas` with the RocksDB state store (changelog checkpointing).",
-        "",
-        table(HEADERS, table_rows(results)),
-        "",
-    ]
-    for result in results:
-        lines.append(
-            f"- {result['rows']:,} records a batch: affinity / spark records/s "
-            f"{steady_ratio(result)}; outputs equal the reference: "
-            f"{'yes' if result['outputs_equal_reference'] else 'NO'}."
-        )
-    return "\n".join(lines)
+        "`transformWithStateInPandas` with the RocksDB state store (changelog checkpointing)."
+    )
+    return race_markdown(
+        "A StatefulProcessor: affinity vs Spark's transformWithStateInPandas (RocksDB)",
+        intro,
+        results,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="one small size (a smoke test)")
-    parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to write")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
-    args = parser.parse_args(argv)
-    for name in ("kazoo", "py4j", "affinity", "metadata", "locality"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    sizes, steady, per_phase = (QUICK, 1, 1) if args.quick else (FULL, 2, 2)
-    results = [race_size(rows, steady, per_phase) for rows in sizes]
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    text = markdown(results, load)
-    print(text)
-    if not args.no_write:
-        write_section("spark_processor", text, doc=args.doc)
-    if args.json:
-        print(json.dumps(results))
-    return 0 if all(r["outputs_equal_reference"] for r in results) else 1
+    return race_main(argv, (__doc__ or "").splitlines()[0], "spark_processor", race_size, markdown)
 
 
 if __name__ == "__main__":

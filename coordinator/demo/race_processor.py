@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from coordinator.demo.race_function import padding
-from coordinator.demo.race_ways import INPUT_SCHEMA, OUTPUT_SCHEMA, AffinityWay, SparkWay
+from coordinator.demo.race_ways import OUTPUT_SCHEMA, AffinityWay, SparkWay
 
 __all__ = ["BUCKETS", "AffinityProcessorWay", "ClickBuckets", "SparkProcessorWay"]
 
@@ -64,40 +64,21 @@ class ClickBuckets(StatefulProcessor):
 class SparkProcessorWay(SparkWay):
     """Spark's own ``transformWithStateInPandas`` of :class:`ClickBuckets` (RocksDB)."""
 
-    def start(self, session: Any) -> None:
-        self.query = (
-            self.stream(session)
-            .groupBy("user")
-            .transformWithStateInPandas(ClickBuckets(), OUTPUT_SCHEMA, "Update", "None")
-            .writeStream.outputMode("update")
-            .foreachBatch(self._sink)
-            .option("checkpointLocation", str(self.checkpoint))
-            .start()
-        )
+    def stateful(self, grouped: Any) -> Any:
+        return grouped.transformWithStateInPandas(ClickBuckets(), OUTPUT_SCHEMA, "Update", "None")
 
 
 class AffinityProcessorWay(AffinityWay):
     """:class:`ClickBuckets` through ``stateful_processor_foreach_batch``."""
 
-    def start(self, session: Any) -> None:
+    def make_handler(self) -> Any:
         from coordinator.streaming import stateful_processor_foreach_batch
 
-        self.session = session
-        self.handler = stateful_processor_foreach_batch(
+        return stateful_processor_foreach_batch(
             ClickBuckets(),
             key_columns=["user"],
             output_schema=OUTPUT_SCHEMA,
             time_mode="None",
             sink=self._sink,
             config=self.config,
-        )
-        stream = (
-            session.readStream.schema(INPUT_SCHEMA)
-            .option("maxFilesPerTrigger", 1)
-            .json(str(self.source.folder(self.name)))
-        )
-        self.query = (
-            stream.writeStream.foreachBatch(self.handler)
-            .option("checkpointLocation", str(self.checkpoint))
-            .start()
         )

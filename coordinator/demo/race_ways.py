@@ -192,13 +192,15 @@ class SparkWay:
             .json(str(self.source.folder(self.name)))
         )
 
+    def stateful(self, grouped: Any) -> Any:
+        """Spark's stateful operator over the clicks grouped by user."""
+        return grouped.applyInPandasWithState(
+            count_clicks_random, OUTPUT_SCHEMA, STATE_SCHEMA, "update", "NoTimeout"
+        )
+
     def start(self, session: Any) -> None:
         self.query = (
-            self.stream(session)
-            .groupBy("user")
-            .applyInPandasWithState(
-                count_clicks_random, OUTPUT_SCHEMA, STATE_SCHEMA, "update", "NoTimeout"
-            )
+            self.stateful(self.stream(session).groupBy("user"))
             .writeStream.outputMode("update")
             .foreachBatch(self._sink)
             .option("checkpointLocation", str(self.checkpoint))
@@ -281,11 +283,11 @@ class AffinityWay:
         self.assignments: list[dict[str, str]] = []  # task -> processor, per version seen
         self.versions: set[int] = set()  # job-model versions the batches ran under
 
-    def start(self, session: Any) -> None:
+    def make_handler(self) -> Any:
+        """The ``foreachBatch`` handler running the race's function."""
         from coordinator.streaming import stateful_foreach_batch
 
-        self.session = session
-        self.handler = stateful_foreach_batch(
+        return stateful_foreach_batch(
             count_clicks_random,
             key_columns=["user"],
             output_schema=OUTPUT_SCHEMA,
@@ -293,6 +295,10 @@ class AffinityWay:
             sink=self._sink,
             config=self.config,
         )
+
+    def start(self, session: Any) -> None:
+        self.session = session
+        self.handler = self.make_handler()
         stream = (
             session.readStream.schema(INPUT_SCHEMA)
             .option("maxFilesPerTrigger", 1)

@@ -25,11 +25,16 @@ before each batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.streaming.runtime import StreamingBatchError, StreamingUsageError, failure_cause
+from coordinator.streaming.runtime import (
+    QueryRuntime,
+    StreamingBatchError,
+    StreamingUsageError,
+    failure_cause,
+)
 from locality.spark import run_pinned
 from locality.spark.kafka import KafkaClientConfig, as_client_config
 from locality.spark.state import CommitRecord, Storage
@@ -79,20 +84,19 @@ class KafkaOutput:
         cls,
         kafka: KafkaClientConfig | str | None,
         topic: str,
+        query: QueryRuntime,
         *,
-        query: str,
-        columns: Sequence[str],
         key_column: str | None = "key",
         value_column: str | None = None,
         transactional: bool = True,
         delivery: str = "exactly-once",
-        storage: Storage,
     ) -> KafkaOutput:
-        """A query's output to ``topic`` (records keyed by ``key_column``, valued by
-        ``value_column`` or the row as JSON); a :class:`StreamingUsageError` names a wrong
-        option before anything runs."""
+        """``query``'s output to ``topic`` (records keyed by ``key_column``, valued by
+        ``value_column`` or the row as JSON), kept in its storage; a
+        :class:`StreamingUsageError` names a wrong option before anything runs."""
         if kafka is None:
             raise StreamingUsageError(f"output_topic={topic!r} needs kafka= (bootstrap servers)")
+        columns = query.spec.output_columns
         for what, column in (("key", key_column), ("value", value_column)):
             if column is not None and column not in columns:
                 raise StreamingUsageError(
@@ -103,12 +107,12 @@ class KafkaOutput:
             return cls.of(
                 as_client_config(kafka),
                 topic,
-                query=query,
+                query=f"{query.config.job.name}-{query.config.job.id}",
                 key_column=key_column,
                 value_column=value_column,
                 transactional=transactional,
                 delivery=delivery,
-                storage=storage,
+                storage=query.storage,
             )
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None

@@ -139,13 +139,11 @@ class KafkaQuery(QueryRuntime):
             KafkaOutput.to_topic(
                 self.client,
                 output_topic,
-                query=f"{config.job.name}-{config.job.id}",
-                columns=self.spec.output_columns,
+                self,
                 key_column=output_key_column,
                 value_column=output_value_column,
                 transactional=transactional,
                 delivery=delivery,
-                storage=self.storage,
             )
             if output_topic is not None
             else None
