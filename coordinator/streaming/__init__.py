@@ -62,8 +62,11 @@ def stateful_foreach_batch(
     DataFrame goes to ``sink(df, batch_id)``, and/or with ``output_topic=`` and ``kafka=`` to a
     Kafka topic, exactly once by default (``delivery``, ``output_key_column``,
     ``output_value_column``: as for the Kafka query). ``config``: the job config
-    (:func:`coordinator.config.load_config`). ``options``: ``timeout`` (``"NoTimeout"`` or
-    ``"ProcessingTimeTimeout"``), ``storage`` (a :class:`locality.spark.state.Storage`),
+    (:func:`coordinator.config.load_config`). ``options``: ``timeout`` (``"NoTimeout"``,
+    ``"ProcessingTimeTimeout"`` or ``"EventTimeTimeout"``), ``event_time`` (``(column,
+    delay)``, as ``withWatermark(column, delay)``: the batch's watermark, event-time timeouts,
+    late rows dropped with ``EventTimeTimeout``), ``storage`` (a
+    :class:`locality.spark.state.Storage`),
     ``coordinator`` (``"embedded"``, the default: a coordinator replica in the driver; or
     ``"external"``: ``affinity coordinator run``), ``locality_wait``. See ``docs/spark.md``.
     """
@@ -97,17 +100,18 @@ def stateful_processor_foreach_batch(
     """A ``foreachBatch`` handler running ``processor`` (a Spark 4 ``StatefulProcessor``, the
     one ``transformWithStateInPandas(processor, output_schema, "Append", time_mode)`` takes)
     per key, its state variables kept local on the executor its job model names
-    (:mod:`locality.spark.state.processor`). ``time_mode``: ``"None"`` or
-    ``"ProcessingTime"``; what affinity does not run yet (``"EventTime"``, ``initial_state``)
-    is refused here, before the query starts. ``options`` as for
-    :func:`stateful_foreach_batch` (``timeout`` excepted: timers replace it)."""
+    (:mod:`locality.spark.state.processor`). ``time_mode``: ``"None"``, ``"ProcessingTime"``
+    or ``"EventTime"`` (with ``event_time=(column, delay)`` in ``options``: event-time timers,
+    late rows dropped); what affinity does not run yet (``initial_state``) is refused here,
+    before the query starts. ``options`` as for :func:`stateful_foreach_batch` (``timeout``
+    excepted: timers replace it)."""
     if initial_state is not None:
         raise StreamingUsageError(
             "initial_state is not supported by stateful_processor_foreach_batch yet"
         )
     if "timeout" in options:
         raise StreamingUsageError("a processor query takes no timeout: register timers instead")
-    function = ProcessorFunction(processor, time_mode)
+    function = ProcessorFunction(processor, time_mode, options.get("event_time") is not None)
     try:
         function.check()
     except ProcessorUsageError as exc:

@@ -108,6 +108,11 @@ class KafkaQuery(QueryRuntime):
         locality_wait: str | None = "30s",
         in_force_timeout_s: float = 120.0,
     ) -> None:
+        if timeout == "EventTimeTimeout":
+            raise StreamingUsageError(
+                "the Kafka query has no event time yet (EventTimeTimeout): stateful_foreach_batch "
+                "over Spark's Kafka source takes event_time=(column, delay)"
+            )
         super().__init__(
             func,
             key_columns=tuple(key_columns),

@@ -52,7 +52,7 @@ from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from groupers import get_ssp_grouper
 from locality.spark.jvm import JvmClassesMissing, require_classes
 from locality.spark.kafka import KafkaClientConfig
-from locality.spark.state import CommitRecord, Storage
+from locality.spark.state import CommitRecord, EventTime, EventTimeError, Storage
 from locality.spark.state.keyspace import KeySpace, key_text
 
 __all__ = [
@@ -95,9 +95,11 @@ class StatefulQuery(QueryRuntime):
         locality_wait: str | None = "30s",
         in_force_timeout_s: float = 120.0,
         data_path: str = "pinned-shuffle",
+        event_time: Any = None,
     ) -> None:
         if data_path not in DATA_PATHS:
             raise StreamingUsageError(f"data_path must be one of {DATA_PATHS}, got {data_path!r}")
+        watermarked = _event_time(event_time, data_path)
         super().__init__(
             func,
             key_columns=tuple(key_columns),
@@ -109,6 +111,7 @@ class StatefulQuery(QueryRuntime):
             coordinator=coordinator,
             locality_wait=locality_wait,
             in_force_timeout_s=in_force_timeout_s,
+            event_time=watermarked,
         )
         if sink is None and output_topic is None:
             raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
@@ -155,6 +158,8 @@ class StatefulQuery(QueryRuntime):
     def _check(self, df: Any) -> None:
         """Refuse, before any state is touched, a stream or session this cannot run."""
         problem = check_key_columns(df.schema, self.key_columns)
+        if problem is None and self.spec.event_time is not None:
+            problem = check_event_time_column(df.schema, self.spec.event_time.column)
         if problem is not None:
             raise StreamingUsageError(problem)
         if self.data_path == "pinned-shuffle":
@@ -179,6 +184,33 @@ class StatefulQuery(QueryRuntime):
             raise StreamingBatchError(
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
             ) from exc
+
+
+def _event_time(option: Any, data_path: str) -> EventTime | None:
+    """``event_time=(column, delay)`` checked (None: no event time)."""
+    if option is None:
+        return None
+    if data_path != "pinned-shuffle":
+        raise StreamingUsageError("event_time runs on the pinned-shuffle data path only")
+    try:
+        return EventTime.of(option)
+    except EventTimeError as exc:
+        raise StreamingUsageError(str(exc)) from None
+
+
+def check_event_time_column(schema: Any, column: str) -> str | None:
+    """Why ``column`` cannot be the stream's event time (None: it can): as ``withWatermark``,
+    it must be a timestamp column."""
+    found = [f for f in schema.fields if f.name == column]
+    if not found:
+        names = [f.name for f in schema.fields]
+        return f"event_time column {column!r} is not a column of the stream {names}"
+    if found[0].dataType.typeName() != "timestamp":
+        return (
+            f"event_time column {column!r} must be a timestamp, found "
+            f"{found[0].dataType.simpleString()} (e.g. timestamp_millis(...) in a select)"
+        )
+    return None
 
 
 def _keyspace(config: JobConfig) -> KeySpace:

@@ -34,6 +34,8 @@ class BatchReport:
     driver_rows: int  # the batch's rows through the driver (0; the former path: in and out)
     standby: StandbyStage = NO_STANDBYS  # the standby copies brought to this batch's commit
     after_commit_failures: int = 0  # steps after the commit that failed (done next batch)
+    late_rows: int = 0  # rows dropped as late (event time at or before the late watermark)
+    watermark_ms: int = -1  # the batch's event-time watermark (-1: no event-time column)
 
 
 def batch_report(batch: int, version: int, stage: StageRun) -> BatchReport:
@@ -55,6 +57,7 @@ def batch_report(batch: int, version: int, stage: StageRun) -> BatchReport:
         rows_out=sum(r.rows_out for r in values),
         timed_out=sum(r.timed_out for r in values),
         driver_rows=stage.driver_rows,
+        late_rows=sum(r.late_rows for r in values),
     )
 
 

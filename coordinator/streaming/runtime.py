@@ -8,15 +8,19 @@ Kafka query) runs each batch as:
 
 1. :meth:`QueryRuntime.begin`: the batch's start (:mod:`coordinator.streaming.commits`: the
    latest commit, or for a batch id run again the commit before it; a lower batch id is refused);
-   the batch's processing time is read from (or written to) the pending record; the executors
+   with an event-time column, the batch's watermarks are the ones that commit kept
+   (:mod:`locality.spark.state.eventtime`); the batch's processing time is read from (or
+   written to) the pending record; the executors
    are synced and the driver waits for a job model every executor follows; a :class:`BatchPlan`;
 2. the query's own stage (its tasks pinned to the executors the plan names);
 3. :meth:`QueryRuntime.finish`: the sink gets the output, the batch is committed (each task's
-   token and chain heads, and what the query adds: the input's offsets) under the driver's
-   epoch; then, none of it able to fail the committed batch, old records are pruned, task
-   locality is written where each task ran, the batch's report goes to the job's history
-   (:mod:`coordinator.streaming.history`) and standby copies are brought to the commit (a step
-   that fails is logged, counted and done again at the next batch); a :class:`BatchReport`.
+   token and chain heads, and what the query adds: the input's offsets; with an event-time
+   column, this batch's watermark and the next one, from the tasks' largest event times) under
+   the driver's epoch; then, none of it able to fail the committed batch, old records are
+   pruned, task locality is written where each task ran, the batch's report goes to the job's
+   history (:mod:`coordinator.streaming.history`) and standby copies are brought to the commit
+   (a step that fails is logged, counted and done again at the next batch); a
+   :class:`BatchReport`.
 """
 
 from __future__ import annotations
@@ -44,15 +48,18 @@ from coordinator.streaming.reports import BatchReport, batch_report, failure_cau
 from coordinator.streaming.stage import BatchPlan, StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from locality.spark.state import (
+    EVENT_TIME_TIMEOUT,
     TIMEOUTS,
     CommitRecord,
     DirectoryStateStorage,
+    EventTime,
     QuerySpec,
     Storage,
     StoreSpec,
     parse_schema,
     write_pending,
 )
+from locality.spark.state.eventtime import batch_watermark, commit_extra
 from metadata.zk import ZkMetadataStore
 
 __all__ = [
@@ -98,11 +105,17 @@ class QueryRuntime:
         coordinator: str,
         locality_wait: str | None,
         in_force_timeout_s: float,
+        event_time: EventTime | None = None,
     ) -> None:
         if not key_columns or not all(isinstance(c, str) and c for c in key_columns):
             raise StreamingUsageError(f"key_columns must name columns, got {key_columns!r}")
         if timeout not in TIMEOUTS:
             raise StreamingUsageError(f"timeout must be one of {TIMEOUTS}, got {timeout!r}")
+        if timeout == EVENT_TIME_TIMEOUT and event_time is None:
+            raise StreamingUsageError(
+                "timeout='EventTimeTimeout' needs an event-time watermark: pass "
+                "event_time=(column, delay), as withWatermark(column, delay) in Spark"
+            )
         if coordinator not in ("embedded", "external"):
             raise StreamingUsageError(
                 f"coordinator must be 'embedded' or 'external', got {coordinator!r}"
@@ -128,6 +141,7 @@ class QueryRuntime:
                 scope=f"{config.job.name}-{config.job.id}",
                 max_parallelism=config.state.max_parallelism,
             ),
+            event_time=event_time,
         )
         self.reports: list[BatchReport] = []
         self.log = job_logger("affinity.streaming", config.logging.level).bind(
@@ -231,6 +245,7 @@ class QueryRuntime:
             placement=driver.placement(assignment.task_to_processor),
             executors=driver.registrar.executors(),
             epoch=commits.epoch,
+            watermark=batch_watermark(self.spec.event_time, start),
         )
         return Begun(plan, assignment, began)
 
@@ -261,7 +276,9 @@ class QueryRuntime:
             commit = CommitRecord.of(
                 plan.batch, stage.results, self.spec.store.max_parallelism, plan.start, offsets
             )
-            commit = self._commit_log().commit(commit)
+            maxima = [r.max_event_ms for r in stage.results.values()]
+            extra = commit_extra(plan.watermark, self.spec.event_time, maxima)
+            commit = self._commit_log().commit(replace(commit, extra=extra))
         finally:
             stage.release()
         failures, standby = self._after_commit(sc, begun, stage, commit)
@@ -271,6 +288,7 @@ class QueryRuntime:
             standby=standby,
             seconds=time.perf_counter() - begun.began,
             after_commit_failures=failures,
+            watermark_ms=plan.watermark.current_ms if plan.watermark is not None else -1,
         )
         self.reports.append(report)
         figures = {k: v for k, v in report.__dict__.items() if k != "standby"}

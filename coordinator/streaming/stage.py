@@ -33,7 +33,7 @@ from coordinator.streaming.routing import routed
 from locality.spark import SparkExecutor
 from locality.spark.pinned_shuffle import pinned_shuffle
 from locality.spark.pinning import LocalityWait, PinnedRun, job_description, pinned_run
-from locality.spark.state import CommitRecord, QuerySpec
+from locality.spark.state import CommitRecord, QuerySpec, Watermark
 from locality.spark.state.keyspace import KeySpace
 from locality.spark.state.pinned_task import (
     RESULT_COLUMN,
@@ -63,6 +63,7 @@ class BatchPlan:
     placement: Mapping[str, str]  # task -> executor id
     executors: Sequence[SparkExecutor]  # live when the batch started
     epoch: int = 0  # the driver epoch running it (its commit record carries it)
+    watermark: Watermark | None = None  # from the start commit (None: no event-time column)
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -118,6 +119,7 @@ def task_runner(
         batch_time_ms=plan.batch_time_ms,
         input_columns=input_columns,
         output_schema=arrow_schema,
+        watermark=plan.watermark,
     )
 
 

@@ -30,6 +30,12 @@ EXPECTED_TWS = {
     1: [("u2", 2, 6, 1), ("u3", 1, 1, 1)],
     2: [("u1", 3, 6, 1)],
 }
+# the event-time sessions': clicks and whether the session closed; batch 2's click is late
+EXPECTED_EVENT_TIME = {
+    0: [("u1", 2, False), ("u2", 1, False)],
+    1: [("u2", 2, False), ("u3", 1, False)],
+    2: [("u3", 1, True)],
+}
 SPARK_CONF = (  # what the tws-before block sets on the session (put back after it)
     "spark.sql.streaming.stateStore.providerClass",
     "spark.sql.streaming.noDataMicroBatches.enabled",
@@ -124,3 +130,37 @@ def test_a_transform_with_state_query_moves_over_as_written(
         outputs[way] = namespace["outputs"]
     assert outputs["tws-before"] == EXPECTED_TWS
     assert outputs["tws-after"] == EXPECTED_TWS
+
+
+def test_an_event_time_query_moves_over_as_written(
+    app: SparkApp,
+    zk_private_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write_clicks(tmp_path / "clicks")
+    (tmp_path / "clicks.yaml").write_text(snippet(PAGE, "clicks.yaml"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AFFINITY_ZK_CONNECT", zk_private_server.hosts)
+    monkeypatch.setenv("AFFINITY_STATE__CHECKPOINT_DIR", str(tmp_path / "durable"))
+    monkeypatch.setenv("AFFINITY_STATE__LOCAL_DIR", str(tmp_path / "local"))
+    assert app.session is not None
+    outputs, namespace = {}, {}
+    for way in ("event-before", "event-after"):
+        namespace = {
+            "__name__": f"docs_spark_{way}",  # not importable: functions travel by value
+            "spark": app.session,
+            "input_dir": str(tmp_path / "clicks"),
+            "cp": str(tmp_path / f"checkpoint-{way}"),
+        }
+        try:
+            run_snippets(["setup", "event-function", way], namespace)
+        finally:
+            if "handler" in namespace:
+                namespace["handler"].close()
+            app.session.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
+        outputs[way] = namespace["outputs"]
+    assert outputs["event-before"] == EXPECTED_EVENT_TIME
+    assert outputs["event-after"] == EXPECTED_EVENT_TIME
+    reports = namespace["handler"].reports
+    assert [(r.late_rows, r.watermark_ms) for r in reports] == [(0, 0), (0, 2000), (1, 4000)]

@@ -204,7 +204,7 @@ def test_what_affinity_does_not_run_is_refused_before_the_query_starts(
 ) -> None:
     config = config_of(zk_server, tmp_path)
     common: dict[str, Any] = {"key_columns": ["user"], "output_schema": OUTPUT, "config": config}
-    with pytest.raises(StreamingUsageError, match="EventTime' is not supported"):
+    with pytest.raises(StreamingUsageError, match="EventTime' needs an event-time watermark"):
         stateful_processor_foreach_batch(Activity(), time_mode="EventTime", sink=print, **common)
     with pytest.raises(StreamingUsageError, match="a TTL needs timeMode 'ProcessingTime'"):
         stateful_processor_foreach_batch(Activity(), sink=print, **common)

@@ -78,6 +78,8 @@ def test_bad_use_is_named_before_anything_runs(tmp_path: Path) -> None:
         _query(tmp_path, output_topic=None)
     with pytest.raises(StreamingUsageError, match="max_records_per_batch must be at least 1"):
         _query(tmp_path, max_records_per_batch=0)
+    with pytest.raises(StreamingUsageError, match=r"no event time yet \(EventTimeTimeout\)"):
+        _query(tmp_path, timeout="EventTimeTimeout")
     files = {
         "job": {"name": "k"},
         "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],

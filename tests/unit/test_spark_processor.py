@@ -252,7 +252,7 @@ def test_timers_and_ttl_are_refused_in_time_mode_none(tmp_path: Path) -> None:
 
 
 def test_what_affinity_does_not_run_is_refused_at_start(tmp_path: Path) -> None:
-    with pytest.raises(ProcessorUsageError, match="EventTime' is not supported"):
+    with pytest.raises(ProcessorUsageError, match="EventTime' needs an event-time watermark"):
         spec_of(tmp_path, Counters(), "EventTime")
     with pytest.raises(ProcessorUsageError, match="timeMode must be one of"):
         spec_of(tmp_path, Counters(), "Wallclock")

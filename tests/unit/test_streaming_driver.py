@@ -76,7 +76,13 @@ def test_bad_use_is_named(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match="field 'at' has type 'timestamp'"):
         handler(cfg, state_schema="at timestamp")
     with pytest.raises(StreamingUsageError, match="timeout must be one of"):
+        handler(cfg, timeout="WallClockTimeout")
+    with pytest.raises(StreamingUsageError, match="EventTimeTimeout' needs an event-time"):
         handler(cfg, timeout="EventTimeTimeout")
+    with pytest.raises(StreamingUsageError, match="unknown unit 'fortnights'"):
+        handler(cfg, timeout="EventTimeTimeout", event_time=("ts", "2 fortnights"))
+    with pytest.raises(StreamingUsageError, match="pinned-shuffle data path only"):
+        handler(cfg, event_time=("ts", "10 seconds"), data_path="driver")
     with pytest.raises(StreamingUsageError, match="key_columns must name columns"):
         handler(cfg, key_columns=[])
     with pytest.raises(StreamingUsageError, match=r"state\.checkpoint_dir is not set"):

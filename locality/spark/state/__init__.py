@@ -9,6 +9,8 @@ whose local copy stays on the executor's host.
   copy at a stable path, or restored from the latest committed checkpoint (bytes counted);
 - :mod:`~locality.spark.state.schema` / :mod:`~locality.spark.state.groupstate`: the state
   schema and the ``state`` argument of an ``applyInPandasWithState`` function;
+- :mod:`~locality.spark.state.eventtime`: the event-time column, each batch's watermark and
+  late rows, as Spark's;
 - :mod:`~locality.spark.state.keyspace`: which task and key group a key belongs to;
 - :mod:`~locality.spark.state.runner`: one task's micro-batch;
 - :mod:`~locality.spark.state.standby`: a standby copy on another host brought to each commit.
@@ -29,7 +31,14 @@ from locality.spark.state.durable import (
     write_commit,
     write_pending,
 )
-from locality.spark.state.groupstate import NO_TIMEOUT, PROCESSING_TIME_TIMEOUT, TIMEOUTS, KeyState
+from locality.spark.state.eventtime import EventTime, EventTimeError, Watermark
+from locality.spark.state.groupstate import (
+    EVENT_TIME_TIMEOUT,
+    NO_TIMEOUT,
+    PROCESSING_TIME_TIMEOUT,
+    TIMEOUTS,
+    KeyState,
+)
 from locality.spark.state.runner import (
     QuerySpec,
     StatefulFunctionError,
@@ -48,11 +57,14 @@ from locality.spark.state.store import (
 )
 
 __all__ = [
+    "EVENT_TIME_TIMEOUT",
     "NO_TIMEOUT",
     "PROCESSING_TIME_TIMEOUT",
     "TIMEOUTS",
     "CommitRecord",
     "DirectoryStateStorage",
+    "EventTime",
+    "EventTimeError",
     "Field",
     "KeyState",
     "OpenReport",
@@ -64,6 +76,7 @@ __all__ = [
     "StoreSpec",
     "TaskBatch",
     "TaskOutcome",
+    "Watermark",
     "forget_memory",
     "latest_commit",
     "local_root",

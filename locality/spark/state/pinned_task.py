@@ -4,13 +4,16 @@ in and Arrow out (the function ``mapInArrow`` runs).
 Partition i of the pinned shuffle holds the rows of task ``tasks[i]``, each with its key group
 (``_affinity_group``, computed on the executors before the shuffle). :class:`PinnedTaskRunner`:
 
-1. reads the partition's Arrow batches, sorts the rows by key group and key, and cuts them into
-   one run per key (nulls and NaN are the same key, as in the key's JSON text);
+1. reads the partition's Arrow batches; with an event-time column, notes the largest event time
+   and drops the late rows when the operator drops them (:mod:`.eventtime`); sorts the rows by
+   key group and key, and cuts them into one run per key (nulls and NaN are the same key, as in
+   the key's JSON text);
 2. runs the task's batch as :func:`locality.spark.state.runner.run_task_batch` does (state from
    memory, the host's local copy or a restore; the function per key; timeouts; a checkpoint);
 3. yields the output rows as Arrow batches of the output schema, then one row more carrying the
-   task's :class:`TaskResult` as JSON in the column ``_affinity_result`` (null in output rows).
-   The driver collects only those rows: one per task.
+   task's :class:`TaskResult` as JSON in the column ``_affinity_result`` (null in output rows):
+   its checkpoint, its largest event time and late rows dropped. The driver collects only those
+   rows: one per task (the next watermark is computed from them, never from the batch's rows).
 
 The output is checked against the output schema (each column converted to its Arrow type)
 *before* anything is checkpointed or delivered: output that does not fit fails the task naming
@@ -29,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from locality.spark.state.durable import commit_exists
+from locality.spark.state.eventtime import Watermark, drop_late, scan
 from locality.spark.state.runner import (
     QuerySpec,
     StatefulFunctionError,
@@ -81,6 +85,8 @@ class TaskResult:
     attempt: int
     seconds: float
     heads: Mapping[int, str] = field(default_factory=dict)  # key group -> its chain's head
+    max_event_ms: int | None = None  # the largest event time the task read (None: none)
+    late_rows: int = 0  # rows dropped as late (older than the watermark)
 
     @property
     def warm(self) -> bool:
@@ -105,7 +111,9 @@ class TaskResult:
         rows_in: int,
         where: tuple[str | None, str | None, int],
         seconds: float,
+        event: tuple[int | None, int] = (None, 0),
     ) -> TaskResult:
+        """``event``: (the largest event time read, late rows dropped)."""
         executor_id, host, attempt = where
         return cls(
             task=outcome.task,
@@ -123,6 +131,8 @@ class TaskResult:
             attempt=attempt,
             seconds=seconds,
             heads=dict(outcome.heads),
+            max_event_ms=event[0],
+            late_rows=event[1],
         )
 
 
@@ -141,6 +151,7 @@ class PinnedTaskRunner:
     output_schema: pa.Schema  # the output columns (nullable) and RESULT_COLUMN
     heads: Mapping[int, str] | None = None  # the start commit's chain heads (None: format 1)
     epoch: int = 0  # the driver epoch running the batch (its commit record's name)
+    watermark: Watermark | None = None  # the batch's watermarks (None: no event-time column)
     # Where a task's rows come from: None, the shuffle partition it runs on; else a function of
     # the task giving its rows (the function's columns and GROUP_COLUMN), e.g. its Kafka ranges.
     source: Callable[[str], pa.Table] | None = None
@@ -177,6 +188,7 @@ class PinnedTaskRunner:
         else:
             table = pa.Table.from_batches(received) if received else None
             columns = self.input_columns
+        table, event = self._event_time(table)
         rows = key_runs(table, self.spec.key_columns, columns)
         work = TaskBatch(
             task=task,
@@ -187,6 +199,7 @@ class PinnedTaskRunner:
             batch_time_ms=self.batch_time_ms,
             rows=tuple(rows),
             heads=self.heads,
+            watermark_ms=self.watermark.current_ms if self.watermark is not None else None,
         )
         location = SparkExecutorLocationIdProvider().location_id()
         outcome = run_task_batch(self.spec, work, location, prepare=self._output_table)
@@ -195,8 +208,20 @@ class PinnedTaskRunner:
         yield from self._output(outcome.prepared)
         rows_in = sum(len(frame) for _, _, frame in rows)
         where = (current_executor_id(), current_executor_host(), attempt)
-        result = TaskResult.of(outcome, rows_in, where, time.perf_counter() - began)
+        result = TaskResult.of(outcome, rows_in, where, time.perf_counter() - began, event)
         yield self._result_batch(result)
+
+    def _event_time(self, table: pa.Table | None) -> tuple[pa.Table | None, tuple[int | None, int]]:
+        """The task's rows without the late ones if the operator drops them, and (the largest
+        event time read, late rows dropped); the rows as they are without event time."""
+        event_time = self.spec.event_time
+        if event_time is None or self.watermark is None:
+            return table, (None, 0)
+        largest = scan(table, event_time.column)
+        if not self.spec.drops_late_rows:
+            return table, (largest, 0)
+        kept, late = drop_late(table, event_time.column, self.watermark)
+        return kept, (largest, late)
 
     def _output_table(self, frame: pd.DataFrame) -> pa.Table | None:
         """The output as an Arrow table of the output schema (None: no rows), checked column by

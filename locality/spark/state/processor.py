@@ -9,16 +9,18 @@ per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
 2. ``handleInputRows(key, iter([rows]), timerValues)`` per key with rows, keys in (key group,
    key) order; its DataFrames are the output;
 3. the expired timers, all keys (also those with rows in the batch), in (expiry, key) order:
-   ProcessingTime fires a timer whose expiry is at or before the batch's processing time (as
-   Spark's ``TimerStateImpl.getExpiredTimers``); each fires
+   ProcessingTime fires a timer whose expiry is at or before the batch's processing time,
+   EventTime one at or before the batch's watermark (as Spark's
+   ``TimerStateImpl.getExpiredTimers``, :func:`timer_due`); each fires
    ``handleExpiredTimer(key, timerValues, ExpiredTimerInfo)`` once and is then deleted;
 4. ``close()``; values whose TTL passed are dropped from the state; the batch is checkpointed.
 
-``timerValues`` give the batch's processing time and watermark (-1 in time mode None, as in
-Spark). Errors from the processor fail the task naming the key, as for a function
-(:class:`.runner.StatefulFunctionError`). What is not supported yet is refused by
-:meth:`ProcessorFunction.check` on the driver, before the query starts: ``EventTime`` (no
-watermark yet) and an initial state. Imports pandas lazily.
+``timerValues`` give the batch's processing time and watermark (both -1 in time mode None; the
+watermark -1 without an event-time column, as in Spark). In time mode EventTime the late rows
+are dropped before the batch reaches here (:mod:`.eventtime`). Errors from the processor fail
+the task naming the key, as for a function (:class:`.runner.StatefulFunctionError`). What is not
+supported is refused by :meth:`ProcessorFunction.check` on the driver, before the query starts:
+``EventTime`` without an event-time column, and an initial state. Imports pandas lazily.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
 
     from locality.spark.state.runner import QuerySpec, TaskBatch, TaskOutcome
 
-__all__ = ["ExpiredTimerInfo", "ProcessorFunction", "TimerValues", "time_mode_of"]
+__all__ = ["ExpiredTimerInfo", "ProcessorFunction", "TimerValues", "time_mode_of", "timer_due"]
 
 
 class TimerValues:
@@ -88,16 +90,17 @@ class ProcessorFunction:
 
     processor: Any
     time_mode: str = "None"
+    watermark: bool = False  # the query has an event-time column (event_time=)
 
     def check(self) -> None:
         """Refuse, on the driver, what affinity does not run: called before the query starts
         (the processor's ``init`` runs once against a handle without state, as Spark's driver
         does, so schemas and TTLs are checked there)."""
         mode = time_mode_of(self.time_mode)
-        if mode == "EventTime":
+        if mode == "EventTime" and not self.watermark:
             raise ProcessorUsageError(
-                "timeMode 'EventTime' is not supported by affinity yet (no watermark): use "
-                "'ProcessingTime' or 'None'"
+                "timeMode 'EventTime' needs an event-time watermark: pass event_time=(column, "
+                "delay), as withWatermark(column, delay) before transformWithStateInPandas"
             )
         for method in ("init", "handleInputRows"):
             if not callable(getattr(self.processor, method, None)):
@@ -130,7 +133,7 @@ class ProcessorFunction:
         )
         began = time.perf_counter()
         mode = time_mode_of(self.time_mode)
-        context = ProcessorContext(space, mode, *_times(mode, work.batch_time_ms))
+        context = ProcessorContext(space, mode, *_times(mode, work))
         run = _Run(copy.deepcopy(self.processor), context, spec, work.batch)
         handle = StateHandle(context)
         run.guard(None, lambda: run.processor.init(handle))
@@ -148,11 +151,18 @@ class ProcessorFunction:
         )
 
 
-def _times(mode: str, batch_time_ms: int) -> tuple[int, int]:
-    """(processing time, watermark) the processor sees: -1 and -1 in time mode None."""
+def _times(mode: str, work: TaskBatch) -> tuple[int, int]:
+    """(processing time, watermark) the processor sees: -1 and -1 in time mode None; the
+    watermark -1 without an event-time column."""
     if mode == "None":
         return -1, -1
-    return batch_time_ms, -1
+    return work.batch_time_ms, -1 if work.watermark_ms is None else work.watermark_ms
+
+
+def timer_due(mode: str, context: ProcessorContext) -> int:
+    """A timer fires in this batch if its expiry is at or before this: the batch's watermark in
+    time mode EventTime, else its processing time."""
+    return context.watermark_ms if mode == "EventTime" else context.batch_time_ms
 
 
 def _close(processor: Any) -> None:
@@ -196,7 +206,7 @@ class _Run:
     def fire_timers(self) -> int:
         """Step 3 of the module docstring; the number of timers fired."""
         context = self.context
-        due = context.batch_time_ms
+        due = timer_due(context.time_mode, context)
         assert context.space is not None
         pending: list[tuple[int, int, str]] = []
         for group_id in context.space.key_groups:

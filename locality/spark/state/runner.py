@@ -2,11 +2,14 @@
 
 :func:`run_task_batch` opens the task's state (:mod:`.store`), calls the user's
 ``applyInPandasWithState`` function once per key with rows in this batch (in key order), then
-once per key whose processing-time timeout expired (no rows, ``state.hasTimedOut``), keeps what
-each call left in ``state``, checkpoints the batch and returns the output rows with the
-checkpoint token. Per key group the state is two persisted maps: ``state`` (key -> the state
-tuple as a JSON list) and ``timeouts`` (key -> timeout timestamp, keys with a timeout only), the
-key being the JSON list of its key-column values.
+once per key without rows whose timeout expired (no rows, ``state.hasTimedOut``): a timeout
+strictly before the batch's processing time (``ProcessingTimeTimeout``) or its watermark
+(``EventTimeTimeout``), as Spark (:func:`.groupstate.timed_out`). It keeps what each call left
+in ``state``, checkpoints the batch and returns the output rows with the checkpoint token. Per
+key group the state is two persisted maps: ``state`` (key -> the state tuple as a JSON list)
+and ``timeouts`` (key -> timeout timestamp, keys with a timeout only; as in Spark a timeout set
+on a removed state is kept), the key being the JSON list of its key-column values. Late rows
+are dropped before the batch reaches here (:mod:`.pinned_task`, :mod:`.eventtime`).
 
 If the function raises (or returns something that is not a DataFrame with the output columns,
 or updates a state that does not fit the state schema) the task raises
@@ -22,7 +25,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from locality.spark.state.groupstate import NO_TIMEOUT, KeyState
+from locality.spark.state.eventtime import EventTime
+from locality.spark.state.groupstate import (
+    EVENT_TIME_TIMEOUT,
+    NO_TIMEOUT,
+    PROCESSING_TIME_TIMEOUT,
+    KeyState,
+    timed_out,
+)
 from locality.spark.state.objectspace import KeyGroup, ObjectSpace
 from locality.spark.state.schema import Field, StateValueError, to_python
 from locality.spark.state.store import (
@@ -63,6 +73,18 @@ class QuerySpec:
     state_fields: tuple[Field, ...]
     timeout: str
     store: StoreSpec
+    event_time: EventTime | None = None  # the event-time column and watermark delay
+
+    @property
+    def drops_late_rows(self) -> bool:
+        """Whether late rows are dropped: with event-time timeouts, or a processor in time mode
+        EventTime (Spark's ``watermarkPredicateForDataForLateEvents`` applies to those only)."""
+        if self.event_time is None:
+            return False
+        mode = getattr(self.func, "time_mode", None)
+        if isinstance(mode, str):
+            return mode.lower() == "eventtime"
+        return self.timeout == EVENT_TIME_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -77,6 +99,7 @@ class TaskBatch:
     batch_time_ms: int
     rows: tuple[tuple[int, tuple[Any, ...], pd.DataFrame], ...]
     heads: Mapping[int, str] | None = None  # the start commit's chain heads (None: format 1)
+    watermark_ms: int | None = None  # the batch's event-time watermark (None: no event time)
 
     @property
     def start(self) -> StartPoint:
@@ -133,7 +156,7 @@ def run_task_batch(
         key_text = _key_json(key)
         seen.add((group_id, key_text))
         outputs += _call(spec, space.group(group_id), key, key_text, [rows], work, timed_out=False)
-    expired = _expired(space, work, seen) if spec.timeout != NO_TIMEOUT else []
+    expired = _expired(space, work, seen, spec.timeout) if spec.timeout != NO_TIMEOUT else []
     for group_id, key_text in expired:
         key = tuple(json.loads(key_text))
         outputs += _call(spec, space.group(group_id), key, key_text, [], work, timed_out=True)
@@ -196,21 +219,30 @@ def _empty(columns: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame({c: [] for c in columns})
 
 
+def timeout_threshold(timeout: str, work: TaskBatch) -> int | None:
+    """What a key's timeout is compared with in this batch (None: nothing times out): the
+    batch's processing time, or its watermark for event-time timeouts."""
+    if timeout == PROCESSING_TIME_TIMEOUT:
+        return work.batch_time_ms
+    if timeout == EVENT_TIME_TIMEOUT:
+        return work.watermark_ms
+    return None
+
+
 def _expired(
-    space: ObjectSpace, work: TaskBatch, seen: set[tuple[int, str]]
+    space: ObjectSpace, work: TaskBatch, seen: set[tuple[int, str]], timeout: str
 ) -> list[tuple[int, str]]:
-    """Keys without rows in this batch whose timeout is at or before the batch time."""
+    """Keys without rows in this batch whose timeout expired (:func:`.groupstate.timed_out`)."""
+    threshold = timeout_threshold(timeout, work)
+    if threshold is None:
+        return []
     expired = []
     for group_id in space.key_groups:
         group = space.group(group_id)
         if "timeouts" not in group:
             continue
         for key_text, at in group.get_map("timeouts").items():
-            if (
-                isinstance(at, int)
-                and at <= work.batch_time_ms
-                and (group_id, key_text) not in seen
-            ):
+            if timed_out(at, threshold) and (group_id, key_text) not in seen:
                 expired.append((group_id, key_text))
     return sorted(expired)
 
@@ -237,6 +269,7 @@ def _call(
         timeout_conf=spec.timeout,
         has_timed_out=timed_out,
         timeout_ms=old_timeout if isinstance(old_timeout, int) else KeyState.NO_TIMESTAMP,
+        watermark_ms=work.watermark_ms if spec.event_time is not None else None,
     )
     try:
         result = spec.func(tuple(key), iter(frames), state)
@@ -254,7 +287,7 @@ def _call(
         states.pop(key_text, None)
     elif state.updated and state.value is not None:
         states[key_text] = list(state.value)
-    if state.timeout_ms != KeyState.NO_TIMESTAMP and state.value is not None:
+    if state.timeout_ms != KeyState.NO_TIMESTAMP:  # kept with no state too, as Spark keeps it
         timeouts[key_text] = state.timeout_ms
     elif key_text in timeouts:
         del timeouts[key_text]
