@@ -16,7 +16,11 @@ Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, bat
    ``(h // f) mod P`` / bucket ``h mod f`` of the key's hash ``h``, key group ``h mod
    max_parallelism``), each task runs on its executor, opens its state (memory, the host's local
    copy, or a restore), calls the function per key and checkpoints the batch; the driver gets
-   one result row per task (its checkpoint token), never the batch's rows;
+   one result row per task (its checkpoint token), never the batch's rows. When the job's
+   input is a Kafka topic whose partitions its tasks own (``group-by-partition``, no key
+   buckets) and the stream is the pinned Kafka source (``format("affinity-kafka")``), there is
+   no shuffle: each task runs where its partition is read, keeping key group p for partition p
+   (:mod:`coordinator.streaming.kafka_stage`);
 6. ``sink(df, batch_id)`` gets the output rows where the tasks produced them, then the batch is
    committed (the tasks' checkpoint tokens) and task locality is written where each task ran;
 7. with standby replicas, every standby copy is brought to the commit on its executor's host
@@ -36,6 +40,8 @@ from typing import Any
 from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
+from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
+from coordinator.streaming.kafka_stage import run_partitioned_stage
 from coordinator.streaming.routing import check_key_columns
 from coordinator.streaming.runtime import (
     BatchReport,
@@ -47,6 +53,8 @@ from coordinator.streaming.runtime import (
 from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from groupers import get_ssp_grouper
 from locality.spark.jvm import JvmClassesMissing, require_classes
+from locality.spark.kafka import KafkaPartition
+from locality.spark.kafka_source import source_partitions
 from locality.spark.state import Storage
 from locality.spark.state.keyspace import KeySpace, key_text
 
@@ -102,6 +110,7 @@ class StatefulQuery(QueryRuntime):
         self.data_path = data_path
         self.sink = sink
         self.keyspace = _keyspace(config)
+        self.kafka_layout = _kafka_layout(config)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         self.run_batch(df, int(batch_id))
@@ -111,9 +120,22 @@ class StatefulQuery(QueryRuntime):
         df = drop_heartbeats(df)  # heartbeat rows (with_heartbeat) only make the batch run
         self._check(df)
         sc = df.sparkSession.sparkContext
-        begun = self.begin(sc, batch, self.keyspace.key_groups())
-        stage = self._run_stage(df, begun.plan)
+        partitions = self._kafka_partitions(df)
+        groups = self.keyspace.key_groups() if partitions is None else self._layout().key_groups()
+        begun = self.begin(sc, batch, groups)
+        stage = self._run_stage(df, begun.plan, partitions)
         return self.finish(sc, begun, stage, self.sink)
+
+    def _kafka_partitions(self, df: Any) -> list[KafkaPartition | None] | None:
+        """The Kafka partition each partition of ``df`` reads, when the batch runs with no
+        shuffle: the job's tasks own Kafka partitions and ``df`` is the pinned source's."""
+        if self.kafka_layout is None or self.data_path != "pinned-shuffle":
+            return None
+        return source_partitions(df)
+
+    def _layout(self) -> KafkaLayout:
+        assert self.kafka_layout is not None
+        return self.kafka_layout
 
     def _check(self, df: Any) -> None:
         """Refuse, before any state is touched, a stream or session this cannot run."""
@@ -126,9 +148,21 @@ class StatefulQuery(QueryRuntime):
             except JvmClassesMissing as exc:
                 raise StreamingUsageError(str(exc)) from None
 
-    def _run_stage(self, df: Any, plan: BatchPlan) -> StageRun:
+    def _run_stage(
+        self, df: Any, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
+    ) -> StageRun:
         run = run_pinned_stage if self.data_path == "pinned-shuffle" else run_driver_stage
         try:
+            if partitions is not None:
+                return run_partitioned_stage(
+                    df,
+                    self.spec,
+                    self._layout(),
+                    plan,
+                    self.output_schema,
+                    partitions,
+                    locality_wait=self.locality_wait,
+                )
             return run(
                 df,
                 self.spec,
@@ -137,10 +171,28 @@ class StatefulQuery(QueryRuntime):
                 self.output_schema,
                 locality_wait=self.locality_wait,
             )
+        except KafkaLayoutError as exc:
+            raise StreamingUsageError(str(exc)) from None
         except Exception as exc:
             raise StreamingBatchError(
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
             ) from exc
+
+
+def _kafka_layout(config: JobConfig) -> KafkaLayout | None:
+    """The tasks' Kafka partitions when the job's input is a Kafka topic whose partitions its
+    tasks own (``group-by-partition``); None otherwise."""
+    inputs = config.stream_inputs()
+    if len(inputs) != 1 or inputs[0].system != "kafka":
+        return None
+    options = dict(config.ssp_grouper.options)
+    tasks = get_ssp_grouper(config.ssp_grouper.name, **options).group(inputs)
+    try:
+        return KafkaLayout.of(
+            tasks, [inputs[0].stream], inputs[0].partitions, config.state.max_parallelism
+        )
+    except KafkaLayoutError:
+        return None
 
 
 def _keyspace(config: JobConfig) -> KeySpace:
