@@ -111,6 +111,7 @@ class StatefulQuery(QueryRuntime):
         self.sink = sink
         self.keyspace = _keyspace(config)
         self.kafka_layout = _kafka_layout(config)
+        self._partitioned: bool | None = None  # the first batch's data path (kept after)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         self.run_batch(df, int(batch_id))
@@ -131,7 +132,16 @@ class StatefulQuery(QueryRuntime):
         shuffle: the job's tasks own Kafka partitions and ``df`` is the pinned source's."""
         if self.kafka_layout is None or self.data_path != "pinned-shuffle":
             return None
-        return source_partitions(df)
+        partitions = source_partitions(df)
+        partitioned = partitions is not None
+        if self._partitioned is not None and partitioned != self._partitioned:
+            raise StreamingUsageError(
+                "the stream changed source within the query: a batch of the pinned Kafka source "
+                "(format('affinity-kafka')) keeps each task's state in its partition's key group, "
+                "a batch of another source routes keys by their hash; keep one source per state"
+            )
+        self._partitioned = partitioned
+        return partitions
 
     def _layout(self) -> KafkaLayout:
         assert self.kafka_layout is not None
@@ -181,18 +191,19 @@ class StatefulQuery(QueryRuntime):
 
 def _kafka_layout(config: JobConfig) -> KafkaLayout | None:
     """The tasks' Kafka partitions when the job's input is a Kafka topic whose partitions its
-    tasks own (``group-by-partition``); None otherwise."""
+    tasks own, one each (``group-by-partition`` with no key buckets); None otherwise."""
     inputs = config.stream_inputs()
     if len(inputs) != 1 or inputs[0].system != "kafka":
         return None
     options = dict(config.ssp_grouper.options)
     tasks = get_ssp_grouper(config.ssp_grouper.name, **options).group(inputs)
     try:
-        return KafkaLayout.of(
+        layout = KafkaLayout.of(
             tasks, [inputs[0].stream], inputs[0].partitions, config.state.max_parallelism
         )
     except KafkaLayoutError:
         return None
+    return layout if layout.factor == 1 else None  # key buckets: the shuffle routes by key
 
 
 def _keyspace(config: JobConfig) -> KeySpace:
