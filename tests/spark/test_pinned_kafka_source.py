@@ -3,11 +3,13 @@ own Kafka connector) on the real broker and the 3-worker cluster: every partitio
 runs on the executor the placement names (a different one each batch), Spark's options are
 honoured (``startingOffsets`` per partition, ``maxOffsetsPerTrigger``), the records are exactly
 what ``format("kafka")`` reads, batch by batch, and after a failed batch a restart on the same
-checkpoint replays it from Spark's offset log with the same records."""
+checkpoint replays it from Spark's offset log with the same records, a listener told of every
+batch."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
+from pyspark.sql.streaming import StreamingQueryListener
 from spark_app import SparkApp
 
 from coordinator.launchers.kafka import KafkaBroker
@@ -146,6 +149,27 @@ class _Fail(RuntimeError):
     pass
 
 
+class _Progress(StreamingQueryListener):
+    """The batches a listener is told about: (batch id, rows read)."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int]] = []
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if progress.sources and progress.sources[0].description.startswith(KAFKA_FORMAT):
+            self.batches.append((progress.batchId, progress.numInputRows))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
 def test_a_failed_batch_replays_from_spark_offset_log_after_a_restart(
     app: SparkApp, kafka_broker: KafkaBroker, kafka_topic: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -172,6 +196,8 @@ def test_a_failed_batch_replays_from_spark_offset_log_after_a_restart(
 
     write_records(servers, topic, _rows(600, 120), partition_column="partition")
     again: list[tuple[int, list[Record]]] = []
+    listener = _Progress()
+    app.session.streams.addListener(listener)
     query = _query(
         app,
         KAFKA_FORMAT,
@@ -179,7 +205,15 @@ def test_a_failed_batch_replays_from_spark_offset_log_after_a_restart(
         tmp_path / "checkpoint",
         lambda f, b: again.append((b, [r for r, _ in _read(f)])),
     )
-    _finish(query)
+    try:
+        _finish(query)
+        deadline = time.monotonic() + 30  # the listener bus delivers after the query ends
+        while len(listener.batches) < len(again) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        app.session.streams.removeListener(listener)
+    # a listener sees every batch of the restarted query, with the source's rows
+    assert listener.batches == [(b, len(rows)) for b, rows in again]
     assert again[0] == seen[1]  # batch 1 again, the same records (Spark's offset log)
     assert [b for b, _ in again] == list(range(1, len(again) + 1))
     records = [r for _, batch in [seen[0], *again] for r in batch]
