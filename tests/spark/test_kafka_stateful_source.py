@@ -3,8 +3,8 @@ real broker and the 3-worker cluster: when the job's tasks own the topic's parti
 runs with no shuffle (0 shuffle bytes in Spark's status store, where the same query over
 ``format("kafka")`` shuffles), every task on the executor its job model names, state warm after
 the first batch and restored after an application restart, and every batch's output exactly the
-single-process reference of the Kafka query's tests; a partition with no new records still runs
-its task."""
+single-process reference of the Kafka query's tests, also through an executor killed mid-batch;
+a partition with no new records still runs its task."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 from spark_app import SparkApp
+from stalls import kill_when_marked, stalls_once
 from test_kafka_query import OUTPUT, count, kafka_config, produce, reference
 
 from coordinator.launchers.kafka import KafkaBroker
@@ -52,16 +53,19 @@ class Stream:
     """``stateful_foreach_batch`` as a query's ``foreachBatch``: each batch's output, and each
     batch's end offsets from Spark's progress reports (the reference's input)."""
 
-    def __init__(self, app: SparkApp, servers: str, topic: str, config: Any) -> None:
+    def __init__(
+        self, app: SparkApp, servers: str, topic: str, config: Any, function: Any = count
+    ) -> None:
         self.app, self.servers, self.topic, self.config = app, servers, topic, config
+        self.function = function
         self.outputs: dict[int, list[tuple[Any, ...]]] = {}
         self.ends: dict[int, dict[str, int]] = {}
         self.handler = self.make()
 
     def make(self) -> StatefulQuery:
         return stateful_foreach_batch(
-            count, key_columns=["key"], output_schema=OUTPUT, state_schema="n long, total long",
-            sink=self.sink, config=self.config,
+            self.function, key_columns=["key"], output_schema=OUTPUT,
+            state_schema="n long, total long", sink=self.sink, config=self.config,
         )  # fmt: skip
 
     def sink(self, df: Any, batch: int) -> None:
@@ -162,6 +166,47 @@ def test_the_same_query_over_spark_kafka_source_shuffles(
         (report,) = stream.run("kafka", tmp_path / "checkpoint")
         assert shuffle_bytes(app) > before
         assert (report.rows_in, report.pinned_ok) == (600, 4)
+    finally:
+        stream.handler.close()
+
+
+def test_an_executor_killed_mid_batch_leaves_the_state_exact(
+    app: SparkApp,
+    spark_cluster: Any,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    """An executor killed while its task runs a batch: Spark runs the task again (its partition
+    read again, elsewhere), the state restored from the last commit; every batch's output is
+    still the reference's, and the next batch is back on the placed executors, no shuffle."""
+    servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
+    armed, marker = tmp_path / "armed", tmp_path / "stalled"
+    function = stalls_once(count, str(armed), str(marker))
+    config = kafka_config(zk_server, tmp_path, topic, PARTITIONS)
+    stream = Stream(app, servers, topic, config, function)
+    clear_placement(app.session)
+    try:
+        produce(kafka_broker, topic, 0, 600)
+        assert sum(r.rows_in for r in stream.run(KAFKA_FORMAT, tmp_path / "cp")) == 600
+
+        produce(kafka_broker, topic, 600, 400)
+        armed.touch()
+        killed: list[str] = []
+        kill_when_marked(marker, spark_cluster, app.app_id, killed)
+        hit = stream.run(KAFKA_FORMAT, tmp_path / "cp")
+        armed.unlink()
+        assert killed and sum(r.rows_in for r in hit) == 400
+        app.ready(exclude=tuple(killed))
+
+        produce(kafka_broker, topic, 1000, 200)
+        before = shuffle_bytes(app)
+        after = stream.run(KAFKA_FORMAT, tmp_path / "cp")
+        assert shuffle_bytes(app) == before
+        assert sum(r.rows_in for r in after) == 200
+        assert all((r.tasks, r.pinned_ok) == (4, 4) for r in after)
+        assert stream.outputs == reference(kafka_broker, topic, stream.ends)  # state exact
     finally:
         stream.handler.close()
 
