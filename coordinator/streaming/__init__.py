@@ -10,6 +10,8 @@ run in ``foreachBatch`` with each key's state kept on the executor its job model
   driver, the fenced commit, pruning);
 - :mod:`~coordinator.streaming.stage`, :mod:`~coordinator.streaming.routing`: the pinned stage
   (one shuffle) and the routing columns it computes on the executors;
+- :mod:`~coordinator.streaming.kafka_stage`: a batch of the pinned Kafka source
+  (``format("affinity-kafka")``) run with no shuffle, each task where its partition is read;
 - :mod:`~coordinator.streaming.standby`: the standby stage after each commit;
 - :mod:`~coordinator.streaming.reports`, :mod:`~coordinator.streaming.history`: a batch's
   report, and its entry in the job's history in ZooKeeper;

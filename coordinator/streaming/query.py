@@ -16,7 +16,11 @@ Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, bat
    ``(h // f) mod P`` / bucket ``h mod f`` of the key's hash ``h``, key group ``h mod
    max_parallelism``), each task runs on its executor, opens its state (memory, the host's local
    copy, or a restore), calls the function per key and checkpoints the batch; the driver gets
-   one result row per task (its checkpoint token), never the batch's rows;
+   one result row per task (its checkpoint token), never the batch's rows. When the job's
+   input is a Kafka topic whose partitions its tasks own (``group-by-partition``, no key
+   buckets) and the stream is the pinned Kafka source (``format("affinity-kafka")``), there is
+   no shuffle: each task runs where its partition is read, keeping key group p for partition p
+   (:mod:`coordinator.streaming.kafka_stage`);
 6. ``sink(df, batch_id)`` gets the output rows where the tasks produced them, then the batch is
    committed (the tasks' checkpoint tokens) and task locality is written where each task ran;
    with ``output_topic=``, the output goes to a Kafka topic too, exactly once by default
@@ -39,7 +43,9 @@ from typing import Any
 from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
+from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
 from coordinator.streaming.kafka_output import KafkaOutput
+from coordinator.streaming.kafka_stage import run_partitioned_stage
 from coordinator.streaming.routing import check_key_columns
 from coordinator.streaming.runtime import (
     BatchReport,
@@ -51,7 +57,8 @@ from coordinator.streaming.runtime import (
 from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from groupers import get_ssp_grouper
 from locality.spark.jvm import JvmClassesMissing, require_classes
-from locality.spark.kafka import KafkaClientConfig
+from locality.spark.kafka import KafkaClientConfig, KafkaPartition
+from locality.spark.kafka_source import source_partitions
 from locality.spark.state import CommitRecord, EventTime, EventTimeError, Storage
 from locality.spark.state.keyspace import KeySpace, key_text
 
@@ -134,6 +141,8 @@ class StatefulQuery(QueryRuntime):
             if output_topic is not None
             else None
         )
+        self.kafka_layout = _kafka_layout(config)
+        self._partitioned: bool | None = None  # the first batch's data path (kept after)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         self.run_batch(df, int(batch_id))
@@ -146,14 +155,36 @@ class StatefulQuery(QueryRuntime):
         if self.output is not None:
             self.start(sc)
             self.output.publish_owed(sc, self._commit_log().latest())
-        begun = self.begin(sc, batch, self.keyspace.key_groups())
-        stage = self._run_stage(df, begun.plan)
+        partitions = self._kafka_partitions(df)
+        groups = self.keyspace.key_groups() if partitions is None else self._layout().key_groups()
+        begun = self.begin(sc, batch, groups)
+        stage = self._run_stage(df, begun.plan, partitions)
         return self.finish(sc, begun, stage, self.sink)
 
     def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
         if self.output is None:
             return []
         return self.output.after_commit_steps(self.spark_context, commit)
+
+    def _kafka_partitions(self, df: Any) -> list[KafkaPartition | None] | None:
+        """The Kafka partition each partition of ``df`` reads, when the batch runs with no
+        shuffle: the job's tasks own Kafka partitions and ``df`` is the pinned source's."""
+        if self.kafka_layout is None or self.data_path != "pinned-shuffle":
+            return None
+        partitions = source_partitions(df)
+        partitioned = partitions is not None
+        if self._partitioned is not None and partitioned != self._partitioned:
+            raise StreamingUsageError(
+                "the stream changed source within the query: a batch of the pinned Kafka source "
+                "(format('affinity-kafka')) keeps each task's state in its partition's key group, "
+                "a batch of another source routes keys by their hash; keep one source per state"
+            )
+        self._partitioned = partitioned
+        return partitions
+
+    def _layout(self) -> KafkaLayout:
+        assert self.kafka_layout is not None
+        return self.kafka_layout
 
     def _check(self, df: Any) -> None:
         """Refuse, before any state is touched, a stream or session this cannot run."""
@@ -168,18 +199,27 @@ class StatefulQuery(QueryRuntime):
             except JvmClassesMissing as exc:
                 raise StreamingUsageError(str(exc)) from None
 
-    def _run_stage(self, df: Any, plan: BatchPlan) -> StageRun:
+    def _run_stage(
+        self, df: Any, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
+    ) -> StageRun:
+        deliver = self.output.deliver if self.output is not None else None
         try:
             if self.data_path == "driver":
                 return run_driver_stage(
                     df, self.spec, self.keyspace, plan, self.output_schema,
                     locality_wait=self.locality_wait,
                 )  # fmt: skip
+            if partitions is not None:
+                return run_partitioned_stage(
+                    df, self.spec, self._layout(), plan, self.output_schema, partitions,
+                    locality_wait=self.locality_wait, deliver=deliver,
+                )  # fmt: skip
             return run_pinned_stage(
                 df, self.spec, self.keyspace, plan, self.output_schema,
-                locality_wait=self.locality_wait,
-                deliver=self.output.deliver if self.output is not None else None,
+                locality_wait=self.locality_wait, deliver=deliver,
             )  # fmt: skip
+        except KafkaLayoutError as exc:
+            raise StreamingUsageError(str(exc)) from None
         except Exception as exc:
             raise StreamingBatchError(
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
@@ -211,6 +251,23 @@ def check_event_time_column(schema: Any, column: str) -> str | None:
             f"{found[0].dataType.simpleString()} (e.g. timestamp_millis(...) in a select)"
         )
     return None
+
+
+def _kafka_layout(config: JobConfig) -> KafkaLayout | None:
+    """The tasks' Kafka partitions when the job's input is a Kafka topic whose partitions its
+    tasks own, one each (``group-by-partition`` with no key buckets); None otherwise."""
+    inputs = config.stream_inputs()
+    if len(inputs) != 1 or inputs[0].system != "kafka":
+        return None
+    options = dict(config.ssp_grouper.options)
+    tasks = get_ssp_grouper(config.ssp_grouper.name, **options).group(inputs)
+    try:
+        layout = KafkaLayout.of(
+            tasks, [inputs[0].stream], inputs[0].partitions, config.state.max_parallelism
+        )
+    except KafkaLayoutError:
+        return None
+    return layout if layout.factor == 1 else None  # key buckets: the shuffle routes by key
 
 
 def _keyspace(config: JobConfig) -> KeySpace:

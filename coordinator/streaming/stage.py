@@ -46,6 +46,7 @@ __all__ = [
     "BatchPlan",
     "StageRun",
     "run_pinned_stage",
+    "run_placed",
     "run_stage",
     "stage_schemas",
     "task_runner",
@@ -161,13 +162,30 @@ def run_stage(
 ) -> StageRun:
     """Steps 2 to 4 of the module docstring: ``frame`` (with :data:`TASK_COLUMN`) shuffled and
     pinned, ``runner`` over each task's partition, its output persisted, the results collected."""
+    began = time.perf_counter()
+    shuffle = pinned_shuffle(frame, TASK_COLUMN, plan.tasks, plan.placement, plan.executors)
+    return run_placed(
+        shuffle.frame, runner, struct, plan, shuffle.unplaceable, began, locality_wait=locality_wait
+    )
+
+
+def run_placed(
+    frame: Any,
+    runner: PinnedTaskRunner,
+    struct: Any,
+    plan: BatchPlan,
+    unplaceable: Sequence[str],
+    began: float,
+    *,
+    locality_wait: str | None,
+) -> StageRun:
+    """``runner`` over each partition of ``frame`` (partition i: task ``runner.tasks[i]``, pinned
+    already), its output persisted, the results collected (steps 3 and 4)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    began = time.perf_counter()
     sc = frame.sparkSession.sparkContext
-    shuffle = pinned_shuffle(frame, TASK_COLUMN, plan.tasks, plan.placement, plan.executors)
-    out = shuffle.frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
+    out = frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with LocalityWait(sc, locality_wait):
             rows = out.where(F.col(RESULT_COLUMN).isNotNull()).select(RESULT_COLUMN).collect()
@@ -181,7 +199,7 @@ def run_stage(
         raise RuntimeError(f"batch {plan.batch}: no result from task(s) {missing[:5]}")
     ran = [(t, r, r.executor_id, r.host, r.attempt, r.seconds) for t, r in results.items()]
     run = pinned_run(
-        ran, plan.placement, plan.executors, shuffle.unplaceable, time.perf_counter() - began
+        ran, plan.placement, plan.executors, tuple(unplaceable), time.perf_counter() - began
     )
     output = out.where(F.col(RESULT_COLUMN).isNull()).drop(RESULT_COLUMN)
     return StageRun(output=output, results=results, run=run, driver_rows=0, cached=out)

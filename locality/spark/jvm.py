@@ -1,12 +1,15 @@
 """The project's JVM classes for Spark: their build, and the check that a session has them.
 
-Two small classes (source in ``locality/spark/java/affinity/spark/``) do what PySpark cannot:
+Small classes (source in ``locality/spark/java/affinity/spark/``) do what PySpark cannot:
 
 - ``affinity.spark.PinnedRDD``: wraps a shuffled RDD one to one and gives each partition the
   preferred location the job model names (:mod:`locality.spark.pinned_shuffle`);
 - ``affinity.spark.KeyHash``: the key hash of ``stateful_foreach_batch`` as a SQL function, so
   rows are routed to their task on the executors (exactly ``groupers.keys.stable_hash`` of the
-  key's JSON text).
+  key's JSON text);
+- ``affinity.spark.PinnedKafkaProvider`` (``readStream.format("affinity-kafka")``, registered by
+  ``java/META-INF/services``): Spark's own Kafka source, its input partitions preferring the
+  executors ``affinity.spark.KafkaPlacement`` names (:mod:`locality.spark.kafka_source`).
 
 Where the jar comes from (:func:`spark_jar`; ``session_conf()``, ``affinity spark jar``, ``make
 jar`` and the tests call it):
@@ -54,13 +57,18 @@ __all__ = [
     "packaged_jar_name",
     "register_key_hash",
     "require_classes",
+    "resource_files",
     "session_conf",
     "source_files",
     "spark_jar",
 ]
 
 #: The classes the jar holds (``spark._jvm`` names).
-JVM_CLASSES = ("affinity.spark.PinnedRDD", "affinity.spark.KeyHash")
+JVM_CLASSES = (
+    "affinity.spark.PinnedRDD",
+    "affinity.spark.KeyHash",
+    "affinity.spark.KafkaPlacement",
+)
 #: The Spark setting that puts the jar on the driver's and the executors' class paths.
 JAR_CONF_KEY = "spark.jars"
 #: The SQL function :func:`register_key_hash` registers (``affinity.spark.KeyHash``).
@@ -79,6 +87,12 @@ class JvmClassesMissing(RuntimeError):
 def source_files() -> list[Path]:
     """The Java sources, sorted."""
     return sorted(_SOURCES.rglob("*.java"))
+
+
+def resource_files() -> list[Path]:
+    """The jar's other files (``META-INF/services``: the ``affinity-kafka`` source's
+    registration), sorted; each goes into the jar at its path from ``META-INF`` on."""
+    return sorted(p for p in _SOURCES.joinpath("META-INF").rglob("*") if p.is_file())
 
 
 def jar_dir() -> Path:
@@ -101,7 +115,7 @@ def _spark_version() -> str:
 
 def _jar_name() -> str:
     digest = hashlib.sha256()
-    for path in source_files():
+    for path in [*source_files(), *resource_files()]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return f"affinity-spark-{_spark_version()}-{digest.hexdigest()[:12]}.jar"
 
@@ -131,6 +145,8 @@ def build_jar(destination: Path | None = None) -> Path:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
             for path in sorted(classes.rglob("*.class")):
                 jar.write(path, path.relative_to(classes).as_posix())
+            for path in resource_files():
+                jar.write(path, "/".join(path.parts[path.parts.index("META-INF") :]))
         os.replace(partial, target)
     return target
 

@@ -20,6 +20,11 @@ def test_the_jar_is_built_once_per_sources_and_spark_version(
     assert jar.parent == tmp_path and jar.name.startswith("affinity-spark-")
     names = set(zipfile.ZipFile(jar).namelist())
     assert {"affinity/spark/PinnedRDD.class", "affinity/spark/KeyHash.class"} <= names
+    # the pinned Kafka source is registered under its format name by the class the jar holds
+    service = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
+    registered = zipfile.ZipFile(jar).read(service).decode().split()
+    assert registered == ["affinity.spark.PinnedKafkaProvider"]
+    assert "affinity/spark/PinnedKafkaProvider.class" in names
     built = jar.stat().st_mtime_ns
     assert jvm.spark_jar() == jar and jar.stat().st_mtime_ns == built  # not built again
     assert jvm.session_conf() == {"spark.jars": str(jar)}
@@ -30,6 +35,13 @@ def test_the_jar_is_built_once_per_sources_and_spark_version(
     edited.write_text("package affinity.spark; final class Extra {}\n")
     sources = jvm.source_files()
     monkeypatch.setattr(jvm, "source_files", lambda: [*sources, edited])
+    assert jvm.spark_jar() != jar
+    monkeypatch.setattr(jvm, "source_files", lambda: sources)
+    resource = tmp_path / "src" / "META-INF" / "services" / "x"  # a resource: another jar too
+    resource.parent.mkdir(parents=True)
+    resource.write_text("affinity.spark.Extra\n")
+    resources = jvm.resource_files()
+    monkeypatch.setattr(jvm, "resource_files", lambda: [*resources, resource])
     assert jvm.spark_jar() != jar
 
 

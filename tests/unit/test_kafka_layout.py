@@ -101,3 +101,52 @@ def test_a_failed_batch_names_the_error_a_python_worker_raised() -> None:
         "batch 3, key ('a',): boom"
     )
     assert failure_cause(RuntimeError("just this")) == "just this"
+
+
+def test_a_pinned_source_batch_maps_each_spark_partition_to_its_task() -> None:
+    """partition_tasks: the task of each Spark partition of a pinned Kafka source's batch (those
+    with records only; the others run on empty partitions), or why the batch cannot run as it
+    is read."""
+    from coordinator.streaming.kafka_stage import partition_tasks
+
+    plain = layout(4, 1, topics=("a",))
+    read = [KafkaPartition("a", 3), KafkaPartition("a", 0)]
+    assert partition_tasks(plain, read) == ("Partition 3", "Partition 0")
+    assert partition_tasks(plain, []) == ()
+    for batch, why in (
+        ([KafkaPartition("a", 1), KafkaPartition("a", 1)], "repeat a Kafka partition"),
+        ([KafkaPartition("a", 1), None], "None"),  # minPartitions split one
+        ([KafkaPartition("other", 0)], "other-0"),
+        ([KafkaPartition("a", 4)], "a-4"),  # more partitions than the job config says
+    ):
+        with pytest.raises(KafkaLayoutError, match=why):
+            partition_tasks(plain, batch)
+    for other in (layout(4, 2, topics=("a",)), layout(4, 1)):  # key buckets; two topics
+        with pytest.raises(KafkaLayoutError, match="one partition of one topic"):
+            partition_tasks(other, read)
+
+
+def test_stateful_foreach_batch_runs_without_a_shuffle_only_over_a_kafka_layout(
+    tmp_path: Path,
+) -> None:
+    from coordinator.streaming import stateful_foreach_batch
+
+    def handler(system: str, grouper: str, factor: int = 1) -> Any:
+        config = load_config(
+            data={
+                "job": {"name": "clicks"},
+                "inputs": [{"system": system, "stream": "clicks", "partitions": 4}],
+                "ssp_grouper": {"name": grouper, "options": {"elasticity_factor": factor}},
+                "state": {"checkpoint_dir": str(tmp_path / "d"), "max_parallelism": 64},
+            },
+            environ={},
+        )
+        return stateful_foreach_batch(
+            lambda key, pdfs, state: iter(()), key_columns=["user"], output_schema="user string",
+            state_schema="n long", sink=lambda df, b: None, config=config,
+        )  # fmt: skip
+
+    kafka = handler("kafka", "group-by-partition").kafka_layout
+    assert kafka is not None and kafka.key_groups() == {f"Partition {p}": (p,) for p in range(4)}
+    assert handler("spark", "group-by-partition").kafka_layout is None
+    assert handler("kafka", "group-by-partition", factor=2).kafka_layout is None  # buckets

@@ -1,0 +1,224 @@
+"""``stateful_foreach_batch`` over the pinned Kafka source (``format("affinity-kafka")``) on the
+real broker and the 3-worker cluster: when the job's tasks own the topic's partitions, each batch
+runs with no shuffle (0 shuffle bytes in Spark's status store, where the same query over
+``format("kafka")`` shuffles), every task on the executor its job model names, state warm after
+the first batch and restored after an application restart, and every batch's output exactly the
+single-process reference of the Kafka query's tests, also through an executor killed mid-batch;
+a partition with no new records still runs its task."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+from spark_app import SparkApp
+from stalls import kill_when_marked, stalls_once
+from test_kafka_query import OUTPUT, count, kafka_config, produce, reference
+
+from coordinator.launchers.kafka import KafkaBroker
+from coordinator.launchers.zookeeper import EmbeddedZooKeeper
+from coordinator.streaming import BatchReport, StatefulQuery, stateful_foreach_batch
+from locality.spark.kafka import write_records
+from locality.spark.kafka_source import KAFKA_FORMAT, clear_placement
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+PARTITIONS = 4
+
+
+def shuffle_bytes(app: SparkApp) -> int:
+    """Shuffle bytes written and read by every stage of the application so far (Spark's status
+    store, once its listener bus has caught up)."""
+    sc: Any = app.sc
+    jvm = sc._jvm
+    sc._jsc.sc().listenerBus().waitUntilEmpty()
+    stages = sc._jsc.sc().statusStore().stageList(
+        jvm.java.util.ArrayList(), False, False, sc._gateway.new_array(jvm.double, 0),
+        jvm.java.util.ArrayList(),
+    )  # fmt: skip
+    total, found = 0, stages.iterator()
+    while found.hasNext():
+        stage = found.next()
+        total += stage.shuffleWriteBytes() + stage.shuffleReadBytes()
+    return int(total)
+
+
+class Stream:
+    """``stateful_foreach_batch`` as a query's ``foreachBatch``: each batch's output, and each
+    batch's end offsets from Spark's progress reports (the reference's input)."""
+
+    def __init__(
+        self, app: SparkApp, servers: str, topic: str, config: Any, function: Any = count
+    ) -> None:
+        self.app, self.servers, self.topic, self.config = app, servers, topic, config
+        self.function = function
+        self.outputs: dict[int, list[tuple[Any, ...]]] = {}
+        self.ends: dict[int, dict[str, int]] = {}
+        self.handler = self.make()
+
+    def make(self) -> StatefulQuery:
+        return stateful_foreach_batch(
+            self.function, key_columns=["key"], output_schema=OUTPUT,
+            state_schema="n long, total long", sink=self.sink, config=self.config,
+        )  # fmt: skip
+
+    def sink(self, df: Any, batch: int) -> None:
+        self.outputs[batch] = sorted(tuple(r) for r in df.collect())
+
+    def run(self, source: str, checkpoint: Path) -> list[BatchReport]:
+        """One availableNow run of the query; the reports of its batches."""
+        assert self.app.session is not None
+        before = len(self.handler.reports)
+        query = (
+            self.app.session.readStream.format(source)
+            .option("kafka.bootstrap.servers", self.servers)
+            .option("subscribe", self.topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 700)
+            .load()
+            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition")
+            .writeStream.foreachBatch(self.handler)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(300), "the query did not finish"
+        assert query.exception() is None, query.exception()
+        for progress in query.recentProgress:
+            (source_progress,) = progress["sources"]
+            ends = _offsets(source_progress["endOffset"])
+            self.ends[progress["batchId"]] = {f"{self.topic}-{p}": o for p, o in ends.items()}
+        return self.handler.reports[before:]
+
+
+def _offsets(document: Any) -> dict[int, int]:
+    import json
+
+    parsed = json.loads(document) if isinstance(document, str) else document
+    ((_, partitions),) = parsed.items()
+    return {int(p): int(o) for p, o in partitions.items()}
+
+
+def test_batches_run_where_their_partitions_are_read_with_no_shuffle(
+    app: SparkApp,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
+    stream = Stream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
+    clear_placement(app.session)
+    try:
+        produce(kafka_broker, topic, 0, 1000)
+        before = shuffle_bytes(app)
+        first = stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        assert shuffle_bytes(app) == before  # no exchange in any batch
+        # maxOffsetsPerTrigger honoured (Spark's proration rounds down per partition)
+        assert sum(r.rows_in for r in first) == 1000 and len(first) >= 2
+        assert all(r.rows_in <= 700 for r in first)
+        for report in first:  # every task ran on the executor its job model names
+            assert (report.tasks, report.pinned_ok, report.driver_rows) == (4, 4, 0)
+        assert first[0].new == 4 and all(r.warm == 4 for r in first[1:])
+
+        # records in one partition only: the other three tasks run on empty partitions
+        write_records(servers, topic, _one_partition(1000, 50), partition_column="partition")
+        (single,) = stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        assert (single.rows_in, single.tasks, single.pinned_ok, single.warm) == (50, 4, 4, 4)
+
+        # the application restarted: Spark's offset log carries on, the state is restored
+        stream.handler.close()
+        app.restart()
+        clear_placement(app.session)
+        stream.handler = stream.make()
+        produce(kafka_broker, topic, 1050, 300)
+        before = shuffle_bytes(app)
+        (restarted,) = stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        assert shuffle_bytes(app) == before
+        assert (restarted.rows_in, restarted.pinned_ok, restarted.new) == (300, 4, 0)
+        assert restarted.warm == 4  # each host's local copy (a new executor, the same host)
+        assert stream.outputs == reference(kafka_broker, topic, stream.ends)  # state exact
+        assert sorted(stream.outputs) == sorted(stream.ends) == list(range(len(first) + 2))
+    finally:
+        stream.handler.close()
+
+
+def test_the_same_query_over_spark_kafka_source_shuffles(
+    app: SparkApp,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    """The control: ``format("kafka")`` gives the handler no partitions it can run as they are
+    read, so the batch goes through the pinned shuffle (shuffle bytes counted), same output."""
+    servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
+    stream = Stream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
+    try:
+        produce(kafka_broker, topic, 0, 600)
+        before = shuffle_bytes(app)
+        (report,) = stream.run("kafka", tmp_path / "checkpoint")
+        assert shuffle_bytes(app) > before
+        assert (report.rows_in, report.pinned_ok) == (600, 4)
+    finally:
+        stream.handler.close()
+
+
+def test_an_executor_killed_mid_batch_leaves_the_state_exact(
+    app: SparkApp,
+    spark_cluster: Any,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    """An executor killed while its task runs a batch: Spark runs the task again (its partition
+    read again, elsewhere), the state restored from the last commit; every batch's output is
+    still the reference's, and the next batch is back on the placed executors, no shuffle."""
+    servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
+    armed, marker = tmp_path / "armed", tmp_path / "stalled"
+    function = stalls_once(count, str(armed), str(marker))
+    config = kafka_config(zk_server, tmp_path, topic, PARTITIONS)
+    stream = Stream(app, servers, topic, config, function)
+    clear_placement(app.session)
+    try:
+        produce(kafka_broker, topic, 0, 600)
+        assert sum(r.rows_in for r in stream.run(KAFKA_FORMAT, tmp_path / "cp")) == 600
+
+        produce(kafka_broker, topic, 600, 400)
+        armed.touch()
+        killed: list[str] = []
+        kill_when_marked(marker, spark_cluster, app.app_id, killed)
+        hit = stream.run(KAFKA_FORMAT, tmp_path / "cp")
+        armed.unlink()
+        assert killed and sum(r.rows_in for r in hit) == 400
+        app.ready(exclude=tuple(killed))
+
+        produce(kafka_broker, topic, 1000, 200)
+        before = shuffle_bytes(app)
+        after = stream.run(KAFKA_FORMAT, tmp_path / "cp")
+        assert shuffle_bytes(app) == before
+        assert sum(r.rows_in for r in after) == 200
+        assert all((r.tasks, r.pinned_ok) == (4, 4) for r in after)
+        assert stream.outputs == reference(kafka_broker, topic, stream.ends)  # state exact
+    finally:
+        stream.handler.close()
+
+
+def _one_partition(start: int, count: int) -> Any:
+    import pandas as pd
+
+    numbers = range(start, start + count)
+    return pd.DataFrame(
+        {
+            "key": [f"k{i % 7:03d}" for i in numbers],
+            "value": list(map(str, numbers)),
+            "partition": 2,
+        }
+    )
