@@ -118,7 +118,8 @@ def report(result: dict[str, object]) -> str:
         f"{machine()}; seed {result['seed']}. The file query and the Kafka query (4 tasks each), "
         "one application with `spark.speculation` on; after every batch the durable state (read "
         "along the commit's chain heads) and every delivered output are compared with a "
-        "single-process reference, and the Kafka query's output topic (exactly-once delivery) "
+        "single-process reference, and each query's output topic (exactly-once delivery: the "
+        "Kafka query's, and the file query's through `stateful_foreach_batch(output_topic=...)`) "
         "is read committed: each reference output record once.",
         "",
         summary,
