@@ -12,6 +12,7 @@ twice."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -113,6 +114,7 @@ def test_a_second_driver_deposes_the_first_and_the_state_stays_exact(
         if batch != HELD:
             return
         held.set()
+        assert first is not None
         commits = first.handler.commits
         assert commits is not None
         until = time.monotonic() + 120
@@ -123,6 +125,7 @@ def test_a_second_driver_deposes_the_first_and_the_state_stays_exact(
                 return
             time.sleep(0.2)
 
+    first: WordQuery | None = None
     try:
         first = WordQuery(first_app.session, config, tmp_path, "spark-checkpoint", hold=hold)
         assert held.wait(120), "the first driver never reached batch 2"
@@ -138,6 +141,9 @@ def test_a_second_driver_deposes_the_first_and_the_state_stays_exact(
         first_app.stop()
         assert second.wait(180) == 0, (tmp_path / "second.log").read_text()[-3000:]
     finally:
+        if first is not None:  # stopped already, or the test failed on the way
+            with contextlib.suppress(Exception):
+                first.stop()
         if second.poll() is None:
             second.kill()
             second.wait()
