@@ -15,9 +15,9 @@ Per batch (:meth:`KafkaQuery.run_batch`):
    deleted by retention before they were read fail the batch unless ``fail_on_data_loss`` is
    off) to the end offsets (last stable), at most ``max_records_per_batch`` in all (Spark's
    ``maxOffsetsPerTrigger``; :data:`~coordinator.streaming.kafka_offsets.DEFAULT_MAX_RECORDS`
-   unless set); recorded in the pending
-   record, so a batch run again after a failure reads exactly the same records (a partition
-   added since its first attempt reads nothing in it and starts at the next);
+   unless set); recorded in the pending record, so a batch run again after a failure reads
+   exactly the same records (a partition added since its first attempt reads nothing in it and
+   starts at the next);
 4. one pinned stage, one Spark task per affinity task on its executor, which reads its ranges
    straight from the broker (:class:`locality.spark.state.kafka_task.KafkaTaskInput`), runs the
    function per key with its local state, checkpoints, and writes its output to the output topic

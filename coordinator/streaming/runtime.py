@@ -16,8 +16,9 @@ Kafka query) runs each batch as:
    epoch; then, none of it able to fail the committed batch, old records are pruned, task
    locality is written where each task ran, the batch's report goes to the job's history
    (:mod:`coordinator.streaming.history`) and standby copies are brought to the commit (a step
-   that fails is logged, counted and done again at the next batch; together they wait on
-   ZooKeeper at most :data:`AFTER_COMMIT_ZK_BUDGET_S`); a :class:`BatchReport`.
+   that fails is logged, counted and left to the next batch, which writes the locality owed;
+   together they wait on ZooKeeper at most :data:`AFTER_COMMIT_ZK_BUDGET_S`); a
+   :class:`BatchReport`.
 """
 
 from __future__ import annotations
