@@ -9,9 +9,10 @@
   ``"earliest"`` (the default), ``"latest"``, or per partition as Spark's JSON
   (``{"clicks": {"0": 23, "1": -2}}``, text or a dict; -2 earliest, -1 latest; a partition not
   named: earliest).
-- Each batch reads at most ``max_records_per_batch`` records in all; the default
-  (:data:`DEFAULT_MAX_RECORDS`) keeps a first batch on a topic with days of retention from
-  loading all of it into the tasks' Python workers.
+- Each batch reads at most ``max_records_per_batch`` records in all (:func:`batch_cap`); the
+  default, ``"default"``, is :data:`DEFAULT_MAX_RECORDS` (read when the query is built), which
+  keeps a first batch on a topic with days of retention from loading all of it into the tasks'
+  Python workers; ``None``: no cap.
 
 Pure: the offsets come in, the starts go out.
 """
@@ -21,16 +22,35 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from locality.spark.kafka import KafkaPartition
 
-__all__ = ["DEFAULT_MAX_RECORDS", "DataLossError", "StartingOffsets", "start_offsets"]
+__all__ = [
+    "DEFAULT_MAX_RECORDS",
+    "DataLossError",
+    "StartingOffsets",
+    "batch_cap",
+    "start_offsets",
+]
 
 #: Records one batch reads at most unless ``max_records_per_batch`` says otherwise.
 DEFAULT_MAX_RECORDS = 5_000_000
 
 _EARLIEST, _LATEST = -2, -1
+
+
+def batch_cap(option: int | Literal["default"] | None) -> int | None:
+    """The records a batch reads at most for ``max_records_per_batch`` = ``option``:
+    :data:`DEFAULT_MAX_RECORDS` for ``"default"``, None (no cap) for None; ``ValueError`` for
+    anything else below 1."""
+    if option == "default":
+        return DEFAULT_MAX_RECORDS
+    if option is not None and (isinstance(option, bool) or not isinstance(option, int)):
+        raise ValueError(f"max_records_per_batch must be a number of records, got {option!r}")
+    if option is not None and option < 1:
+        raise ValueError(f"max_records_per_batch must be at least 1, got {option}")
+    return option
 
 
 class DataLossError(RuntimeError):

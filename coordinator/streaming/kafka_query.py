@@ -14,9 +14,10 @@ Per batch (:meth:`KafkaQuery.run_batch`):
    commit's offsets (a partition never read starts where ``starting_offsets`` says; records
    deleted by retention before they were read fail the batch unless ``fail_on_data_loss`` is
    off) to the end offsets (last stable), at most ``max_records_per_batch`` in all (Spark's
-   ``maxOffsetsPerTrigger``; :data:`DEFAULT_MAX_RECORDS` unless set); recorded in the pending
-   record, so a batch run again after a failure reads exactly the same records (a partition
-   added since its first attempt reads nothing in it and starts at the next);
+   ``maxOffsetsPerTrigger``; :data:`~coordinator.streaming.kafka_offsets.DEFAULT_MAX_RECORDS`
+   unless set); recorded in the pending record, so a batch run again after a failure reads
+   exactly the same records (a partition added since its first attempt reads nothing in it and
+   starts at the next);
 4. one pinned stage, one Spark task per affinity task on its executor, which reads its ranges
    straight from the broker (:class:`locality.spark.state.kafka_task.KafkaTaskInput`), runs the
    function per key with its local state, checkpoints, and writes its output to the output topic
@@ -37,14 +38,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from coordinator.config import JobConfig
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
 from coordinator.streaming.kafka_offsets import (
-    DEFAULT_MAX_RECORDS,
     DataLossError,
     StartingOffsets,
+    batch_cap,
     start_offsets,
 )
 from coordinator.streaming.kafka_output import KafkaOutput
@@ -99,7 +100,7 @@ class KafkaQuery(QueryRuntime):
         transactional: bool = True,
         delivery: str = "exactly-once",
         decode: Callable[..., Any] = decode_utf8,
-        max_records_per_batch: int | None = DEFAULT_MAX_RECORDS,
+        max_records_per_batch: int | Literal["default"] | None = "default",
         starting_offsets: str | Mapping[str, Any] = "earliest",
         fail_on_data_loss: bool = True,
         timeout: str = "NoTimeout",
@@ -127,13 +128,12 @@ class KafkaQuery(QueryRuntime):
         )
         if sink is None and output_topic is None:
             raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise StreamingUsageError(
-                f"max_records_per_batch must be at least 1, got {max_records_per_batch}"
-            )
+        try:
+            self.max_records = batch_cap(max_records_per_batch)
+        except ValueError as exc:
+            raise StreamingUsageError(str(exc)) from None
         self.spark, self.sink, self.decode = spark, sink, decode
         self.client = as_client_config(kafka)
-        self.max_records = max_records_per_batch
         self.topics = _kafka_topics(config)
         try:
             self.starting = StartingOffsets.parse(starting_offsets, self.topics)

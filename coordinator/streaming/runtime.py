@@ -19,7 +19,8 @@ Kafka query) runs each batch as:
    the driver's epoch; then, none of it able to fail the committed batch, old records are
    pruned, task locality is written where each task ran, the batch's report goes to the job's
    history (:mod:`coordinator.streaming.history`) and standby copies are brought to the commit
-   (a step that fails is logged, counted and done again at the next batch); a
+   (a step that fails is logged, counted and left to the next batch, which writes the locality
+   owed; together they wait on ZooKeeper at most :data:`AFTER_COMMIT_ZK_BUDGET_S`); a
    :class:`BatchReport`.
 """
 
@@ -310,27 +311,36 @@ class QueryRuntime:
             *self.after_commit_steps(commit),
             ("history", lambda: self._record_history(sc, begun, stage, commit)),
         ]
-        for step, action in steps:
+        with self._zookeeper_budget():
+            for step, action in steps:
+                try:
+                    action()
+                except Exception as exc:  # logged and counted: the batch is committed
+                    failures += 1
+                    self._after_commit_failed(step, commit.batch, exc)
             try:
-                action()
+                standby = refresh_standbys(
+                    sc,
+                    self.start(sc),
+                    self.spec.store,
+                    begun.assignment,
+                    commit,
+                    begun.plan.start,
+                    locality_wait=self.locality_wait,
+                    log=self.log,
+                )
             except Exception as exc:  # logged and counted: the batch is committed
                 failures += 1
-                self._after_commit_failed(step, commit.batch, exc)
-        try:
-            standby = refresh_standbys(
-                sc,
-                self.start(sc),
-                self.spec.store,
-                begun.assignment,
-                commit,
-                begun.plan.start,
-                locality_wait=self.locality_wait,
-                log=self.log,
-            )
-        except Exception as exc:  # logged and counted: the batch is committed
-            failures += 1
-            self._after_commit_failed("standby", commit.batch, exc)
+                self._after_commit_failed("standby", commit.batch, exc)
         return failures, standby
+
+    def _zookeeper_budget(self) -> contextlib.AbstractContextManager[None]:
+        """The steps after a commit wait on ZooKeeper :data:`AFTER_COMMIT_ZK_BUDGET_S` in all:
+        a server that stops answering (frozen, partitioned) holds a committed batch that long,
+        not a retry deadline per call."""
+        if self._store is None:
+            return contextlib.nullcontext()
+        return self._store.within(AFTER_COMMIT_ZK_BUDGET_S)
 
     def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
         """A query's own steps after a commit (named): none here."""
@@ -374,6 +384,11 @@ class QueryRuntime:
             self._store.locality.write(where)
         self._owed_locality = {}
 
+
+#: Seconds the steps after a commit may wait on ZooKeeper in all (the locality write, the
+#: history entry, the standby lags): once spent, their ZooKeeper calls fail at once
+#: (``StoreUnavailable``), are counted and left to the next batch.
+AFTER_COMMIT_ZK_BUDGET_S = 10.0
 
 #: Steps after a commit that failed (logged; the batch stays committed), by step.
 AFTER_COMMIT_FAILURES = Counter(

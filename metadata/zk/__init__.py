@@ -10,7 +10,8 @@ Holds the plumbing, one concern a module: ``client`` (connect, ACLs), ``handler`
 through one lock, its connection reading and writing before it waits, several messages a read,
 the calling thread writing its own request), ``store``
 (:class:`ZkMetadataStore`, which holds the recipes), ``ops`` (every ZooKeeper call: retries,
-sizes, counters), ``retry`` (the retry loop, kazoo -> store errors), ``transaction`` (operations,
+sizes, counters), ``deadline`` (a time budget for a block of calls), ``retry`` (the retry
+loop, kazoo -> store errors), ``transaction`` (operations,
 batching), ``multiread`` (many reads at once), ``fenced`` (leader writes fenced by the epoch),
 ``errors``, ``layout`` (paths), ``watch``, ``chunks`` (the chunked, compressed job-model codec);
 and the recipes in :mod:`metadata.zk.recipe`.

@@ -4,6 +4,9 @@
 
 - waits (bounded) for the client to be connected, then sends the request and waits at most
   ``op_timeout_s`` for the answer;
+- keeps, per thread, to the time budget a caller set for a block of calls
+  (:mod:`metadata.zk.deadline`: ``with ops.deadlines.within(10.0): ...``), every wait capped by
+  what is left of it;
 - retries transient failures with tenacity (bounded: ``max_attempts``, ``retry_deadline_s``) and
   maps every other kazoo error to a :class:`~metadata.zk.errors.ZkStoreError` naming the path
   (:mod:`metadata.zk.retry`);
@@ -33,6 +36,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
+from metadata.zk.deadline import Deadlines
 from metadata.zk.errors import NodeExists, NodeTooLarge
 from metadata.zk.multiread import Found, read_batched, read_each
 from metadata.zk.pipelined import PipelinedReads
@@ -76,6 +80,7 @@ class ZkOps(PipelinedReads):
         self._acl_bytes = sum(12 + len(a.id.scheme) + len(a.id.id) for a in self.acl)
         self._lock = threading.Lock()
         self._connected = threading.Event()
+        self.deadlines = Deadlines()
         self._writes = 0
         self._reads = 0
         self._transactions = 0
@@ -119,12 +124,12 @@ class ZkOps(PipelinedReads):
     def _await_connection(self) -> None:
         if self.client.connected:
             return
-        self._connected.wait(timeout=1.0)
+        self._connected.wait(timeout=self.deadlines.cap(1.0))
         if not self.client.connected:
             raise NotConnected("not connected to ZooKeeper")
 
     def _wait(self, async_result: Any) -> Any:
-        return async_result.get(timeout=self.op_timeout_s)
+        return async_result.get(timeout=self.deadlines.cap(self.op_timeout_s))
 
     # ---------------------------------------------------------------- the retry loop
 
@@ -133,6 +138,8 @@ class ZkOps(PipelinedReads):
         errors (:func:`~metadata.zk.retry.call_with_retries`)."""
 
         def connected_attempt() -> T:
+            if self.deadlines.remaining() == 0:  # nothing sent once the caller's budget is spent
+                raise NotConnected("the time budget of this thread's ZooKeeper calls is spent")
             self._await_connection()
             return attempt()
 
@@ -141,7 +148,7 @@ class ZkOps(PipelinedReads):
             path,
             connected_attempt,
             log=self.log,
-            deadline_s=self.retry_deadline_s,
+            deadline_s=self.deadlines.cap(self.retry_deadline_s),
             max_attempts=self.max_attempts,
         )
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import structlog
@@ -140,7 +141,8 @@ class ZkMetadataStore:
     ``election_path`` (for kazoo's Election recipe), the counters ``ops`` (write operations:
     creates, sets, deletes, inside transactions too), ``reads`` and ``transactions``, and
     :meth:`ensure_layout`,
-    :meth:`job_exists`, :meth:`sync`, :meth:`close`. The recipes' ``watch*`` methods return a
+    :meth:`job_exists`, :meth:`sync`, :meth:`within` (a time budget for a block of calls),
+    :meth:`close`. The recipes' ``watch*`` methods return a
     :class:`~metadata.zk.watch.Watch` whose ``stop()`` ends the callbacks; callbacks run on
     kazoo's event thread and must not block for long.
     """
@@ -235,6 +237,11 @@ class ZkMetadataStore:
     @property
     def transactions(self) -> int:
         return self._ops.transactions
+
+    def within(self, seconds: float) -> AbstractContextManager[None]:
+        """A block whose calls of this store, made by this thread, end within ``seconds`` in all
+        (:mod:`metadata.zk.deadline`); once it is spent they raise :class:`StoreUnavailable`."""
+        return self._ops.deadlines.within(seconds)
 
     def close(self) -> None:
         """Detach from the client (the client itself stays open: it belongs to the caller)."""

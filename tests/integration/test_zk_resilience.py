@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -192,3 +194,30 @@ def test_clients_wait_with_poll_and_ride_out_a_restart(
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def test_a_time_budget_bounds_a_block_of_calls_on_a_frozen_server(
+    zk_private_server: ZooKeeperServer, zk_connect: Callable[..., KazooClient], zk_job_folder: str
+) -> None:
+    """SIGSTOP: the server neither answers nor closes its sockets. Each call alone waits out its
+    retry deadline; in a ``within`` block the calls together end by the budget, and the calls
+    after it is spent fail at once."""
+    client = zk_connect(zk_private_server.hosts)
+    store = ZkMetadataStore(client, zk_job_folder, run_id="run-1", retry_deadline_s=30.0)
+    store.ensure_layout()
+    assert zk_private_server.pid is not None
+    os.kill(zk_private_server.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with store.within(3.0):
+            with pytest.raises(StoreUnavailable):
+                store.locality.write({"t": "x"})
+            first = time.monotonic() - started
+            with pytest.raises(StoreUnavailable):
+                store.batches.read()
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(zk_private_server.pid, signal.SIGCONT)
+    assert 2.5 <= first < 4.5 and elapsed < 4.5
+    store.locality.write({"t": "y"})  # no budget once the block ended: it waits for the server
+    assert store.locality.read() == {"t": "y"}

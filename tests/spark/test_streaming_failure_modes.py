@@ -1,12 +1,16 @@
 """stateful_foreach_batch under Spark's real failure modes, on the 3-worker cluster: two attempts
 of one task at once (Spark's speculation with a slow attempt), a restart with a fresh Spark
-checkpoint location, an error after the commit. After every run the durable state is read back
-as a restore would load it (along the commit's chain heads) and compared with a pandas
-reference, so a hole hidden by the local copies still shows."""
+checkpoint location, an error after the commit, a ZooKeeper server frozen right after the
+commit. After every run the durable state is read back as a restore would load it (along the
+commit's chain heads) and compared with a pandas reference, so a hole hidden by the local
+copies still shows."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -16,6 +20,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from affinity_pipeline.cluster import StandaloneCluster
+from prometheus_client import REGISTRY
 from pyspark import cloudpickle
 from spark_app import WORKER_HOSTS, SparkApp, stop_active_session
 from streaming_soak import durable_counts
@@ -24,6 +29,7 @@ from coordinator.config import JobConfig, load_config
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import stateful_foreach_batch
 from coordinator.streaming.query import StatefulQuery
+from coordinator.streaming.runtime import AFTER_COMMIT_ZK_BUDGET_S
 from metadata.zk.errors import StoreUnavailable
 
 pytestmark = pytest.mark.spark
@@ -75,6 +81,7 @@ class WordQuery:
         self.app, self.inbox, self.config = app, tmp / "inbox", config
         self.inbox.mkdir(exist_ok=True)
         self.outputs: dict[int, list[tuple[str, int]]] = {}
+        self.delivered: list[int] = []  # each batch id the sink got, in order
         self.handler: StatefulQuery = stateful_foreach_batch(
             count,
             key_columns=["word"],
@@ -94,6 +101,7 @@ class WordQuery:
 
     def sink(self, df: Any, batch: int) -> None:
         self.outputs[batch] = sorted((str(w), int(n)) for w, n in df.collect())
+        self.delivered.append(batch)
 
     def feed(self, index: int, words: list[str]) -> None:
         (self.inbox / f"{index:04d}.json").write_text(
@@ -231,3 +239,74 @@ def test_an_error_after_the_commit_does_not_fail_the_batch(
     expected, totals = reference(fed)
     assert query.outputs == expected  # each batch reached the sink once
     assert durable_state(config) == totals
+
+
+def test_zookeeper_frozen_right_after_the_commit(
+    app: SparkApp, zk_private_server: EmbeddedZooKeeper, tmp_path: Path
+) -> None:
+    """A real ZooKeeper server (this test's own) frozen with SIGSTOP right after affinity's
+    commit of batch 1: the steps after it (locality, history) hit a server that neither answers
+    nor closes its sockets. The batch stands within the after-commit budget, each batch reaches
+    the sink once, and after SIGCONT batch 2 writes the locality owed."""
+    config = config_of(zk_private_server, tmp_path, "words-frozen")
+    fed = [batch_words(b) for b in range(3)]
+    query = WordQuery(app, tmp_path, config, "spark-checkpoint")
+    frozen: list[float] = []
+    writes: list[tuple[int, str]] = []  # (tasks owed, outcome) of the locality step
+    failed = {step: _after_commit_failures(step) for step in ("locality", "history")}
+    try:
+        query.feed(0, fed[0])
+        handler = query.handler
+        commits, store = handler.commits, handler._store
+        assert commits is not None and store is not None and zk_private_server.pid is not None
+        real_commit, real_step = commits.commit, handler._write_locality
+
+        def commit_then_freeze(record: Any) -> Any:
+            done = real_commit(record)  # the record and ZooKeeper's pointer: committed
+            if done.batch == 1:
+                os.kill(zk_private_server.pid, signal.SIGSTOP)
+                frozen.append(time.monotonic())
+            return done
+
+        def recording(driver: Any) -> None:  # the runtime's locality step after a commit
+            owed = len(handler._owed_locality)
+            try:
+                real_step(driver)
+            except Exception as exc:
+                writes.append((owed, type(exc).__name__))
+                raise
+            writes.append((owed, "ok"))
+
+        commits.commit = commit_then_freeze  # type: ignore[method-assign]
+        handler._write_locality = recording  # type: ignore[method-assign]
+        query.feed(1, fed[1])  # its steps after the commit hit the frozen server
+        stood = time.monotonic()
+        os.kill(zk_private_server.pid, signal.SIGCONT)
+        query.feed(2, fed[2])  # and the next batch writes what was owed
+        reports = handler.reports
+        locality = store.locality.read()
+    finally:
+        if zk_private_server.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(zk_private_server.pid, signal.SIGCONT)
+        query.stop()
+    assert len(frozen) == 1
+    held = stood - frozen[0]  # how long the committed batch waited on the frozen server
+    assert held < AFTER_COMMIT_ZK_BUDGET_S + 8, f"batch 1 waited {held:.1f}s after its commit"
+    assert [r.after_commit_failures for r in reports] == [0, 2, 0]
+    assert {s: _after_commit_failures(s) - n for s, n in failed.items()} == {
+        "locality": 1,
+        "history": 1,
+    }
+    assert writes == [(TASKS, "StoreUnavailable"), (TASKS, "ok")]
+    assert len(locality) == TASKS
+    expected, totals = reference(fed)
+    assert query.delivered == [0, 1, 2] and query.outputs == expected  # each batch once
+    assert durable_state(config) == totals
+
+
+def _after_commit_failures(step: str) -> float:
+    return (
+        REGISTRY.get_sample_value("affinity_streaming_after_commit_failures_total", {"step": step})
+        or 0.0
+    )

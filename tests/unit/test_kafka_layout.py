@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.config import load_config
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
+from coordinator.streaming.kafka_offsets import DEFAULT_MAX_RECORDS
 from coordinator.streaming.kafka_query import stateful_kafka_query
 from coordinator.streaming.runtime import StreamingUsageError, failure_cause
 from groupers import get_ssp_grouper
@@ -87,6 +88,17 @@ def test_bad_use_is_named_before_anything_runs(tmp_path: Path) -> None:
     }
     with pytest.raises(StreamingUsageError, match=r"must all be Kafka topics .*'spark:clicks'"):
         _query(tmp_path, data=files)
+
+
+def test_a_query_built_without_a_cap_reads_at_most_5_million_records_a_batch(
+    tmp_path: Path,
+) -> None:
+    assert DEFAULT_MAX_RECORDS == 5_000_000
+    assert _query(tmp_path).max_records == 5_000_000
+    assert _query(tmp_path, max_records_per_batch=700).max_records == 700
+    assert _query(tmp_path, max_records_per_batch=None).max_records is None  # no cap
+    with pytest.raises(StreamingUsageError, match="a number of records, got 'all'"):
+        _query(tmp_path, max_records_per_batch="all")
 
 
 def test_a_failed_batch_names_the_error_a_python_worker_raised() -> None:
