@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from locality.spark.kafka import KafkaPartition, OffsetRange
 from metadata.model import TaskModel
 
-__all__ = ["KafkaLayout", "KafkaLayoutError"]
+__all__ = ["KafkaLayout", "KafkaLayoutError", "partitions_added"]
 
 
 class KafkaLayoutError(ValueError):
@@ -81,3 +81,18 @@ class KafkaLayout:
             task: tuple(planned[KafkaPartition(topic, p)] for topic in self.topics)
             for task, (p, _) in self.tasks.items()
         }
+
+
+def partitions_added(configured: int, now: int, *, embedded: bool) -> bool:
+    """Whether the input topics grew from ``configured`` partitions to ``now`` (each one added is
+    a new task, which an embedded coordinator places); :class:`KafkaLayoutError` when they cannot
+    be followed (fewer partitions, or an external coordinator, whose job config says how many)."""
+    if now == configured:
+        return False
+    if now < configured or not embedded:
+        raise KafkaLayoutError(
+            f"the input topics have {now} partitions, the job config says {configured}: set "
+            f"inputs[].partitions to {now} and restart the coordinator (partitions can be added, "
+            "never removed)"
+        )
+    return True

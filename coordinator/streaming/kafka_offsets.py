@@ -14,6 +14,10 @@
   keeps a first batch on a topic with days of retention from loading all of it into the tasks'
   Python workers; ``None``: no cap.
 
+Over Spark's own Kafka source (``format("affinity-kafka")`` into ``stateful_foreach_batch``)
+Spark plans each batch's offsets; :func:`spark_batch_offsets` checks them against the commit the
+batch starts from and gives the offsets its commit records.
+
 Pure: the offsets come in, the starts go out.
 """
 
@@ -30,7 +34,9 @@ __all__ = [
     "DEFAULT_MAX_RECORDS",
     "DataLossError",
     "StartingOffsets",
+    "OffsetsBehindError",
     "batch_cap",
+    "spark_batch_offsets",
     "start_offsets",
 ]
 
@@ -135,3 +141,41 @@ def start_offsets(
         log.warning("kafka.data_lost", partition=str(p), expected=expected, first=first[p])
         starts[p] = first[p]
     return starts
+
+
+class OffsetsBehindError(RuntimeError):
+    """A batch Spark planned starts before offsets the state has counted already."""
+
+
+def spark_batch_offsets(
+    done: Mapping[str, int],
+    ranges: Mapping[KafkaPartition, tuple[int, int]],
+    log: Any,
+) -> dict[str, int]:
+    """The next offset of every partition after a batch Spark planned over its Kafka source:
+    ``done`` (the commit the batch starts from, ``topic-p`` -> next offset) carried forward, each
+    partition the batch reads at its ``until``.
+
+    A partition whose batch starts *before* the commit's offset would count records twice: the
+    Spark checkpoint's offsets are behind the state (``OffsetsBehindError``, nothing is run).
+    One that starts after it skips records Spark chose to skip (``failOnDataLoss=false`` over
+    records deleted by retention, or a partition's offsets moved), logged ``kafka.data_lost``."""
+    offsets = dict(done)
+    behind = {
+        str(p): (start, done[str(p)])
+        for p, (start, _) in ranges.items()
+        if str(p) in done and start < done[str(p)]
+    }
+    if behind:
+        named = ", ".join(f"{p} from {s} (state counted to {d})" for p, (s, d) in behind.items())
+        raise OffsetsBehindError(
+            f"the batch reads {named}: the records before the state's offsets would be counted "
+            "twice; the Spark checkpointLocation is not the one this state ran with (restart "
+            "with that one, or start the state again with a new job.run_id)"
+        )
+    for p, (start, until) in sorted(ranges.items()):
+        expected = done.get(str(p))
+        if expected is not None and start > expected:
+            log.warning("kafka.data_lost", partition=str(p), expected=expected, first=start)
+        offsets[str(p)] = until
+    return offsets

@@ -49,6 +49,7 @@ from coordinator.streaming.kafka_offsets import (
     start_offsets,
 )
 from coordinator.streaming.kafka_output import KafkaOutput
+from coordinator.streaming.kafka_progress import KafkaProgress
 from coordinator.streaming.runtime import (
     BatchReport,
     Begun,
@@ -66,7 +67,6 @@ from locality.spark.kafka import (
     KafkaPartition,
     as_client_config,
     beginning_offsets,
-    commit_group_offsets,
     end_offsets,
     partition_counts,
     plan_ranges,
@@ -154,6 +154,7 @@ class KafkaQuery(QueryRuntime):
             else None
         )
         self.layout = self._layout(config)
+        self.progress = KafkaProgress.of(self.client, config, self.topics)
 
     # ------------------------------------------------------------------ a batch
 
@@ -239,30 +240,17 @@ class KafkaQuery(QueryRuntime):
     @property
     def group(self) -> str:
         """The consumer group the query's committed offsets are shown under."""
-        return f"affinity-{self.config.job.name}-{self.config.job.id}"
+        return self.progress.group
 
     def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
-        offsets = {_partition(name): end for name, end in commit.offsets.items()}
-        metadata = f"affinity batch {commit.batch}"
         steps: list[tuple[str, Callable[[], Any]]] = []
         if self.output is not None:
             steps += self.output.after_commit_steps(self.spark.sparkContext, commit)
-
-        def show_offsets() -> None:
-            commit_group_offsets(self.client, self.group, offsets, metadata=metadata)
-
-        steps.append(("consumer-group", show_offsets))
-        return steps
+        return [*steps, self.progress.after_commit_step(commit)]
 
     def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:
         """Records behind per partition: its end offset (last stable) minus the committed one."""
-        ends = end_offsets(self.client, self.topics)
-        lag: dict[str, int] = {}
-        for name, done in commit.offsets.items():
-            end = ends.get(_partition(name))
-            if end is not None:
-                lag[name] = max(0, end - done)
-        return lag
+        return self.progress.lag(commit)
 
     def _publish_owed(self, sc: Any) -> None:
         """Publish the latest commit's output if this driver has not, before a later batch."""
@@ -294,18 +282,8 @@ class KafkaQuery(QueryRuntime):
                 "reads partition p of every input topic"
             )
         (now,) = set(counts.values())
-        if now == self.layout.partitions:
-            return
-        if now < self.layout.partitions or self.coordinator != "embedded":
-            raise StreamingUsageError(
-                f"the input topics have {now} partitions, the job config says "
-                f"{self.layout.partitions}: set inputs[].partitions to {now} and restart the "
-                "coordinator (partitions can be added, never removed)"
-            )
-        self.log.info("kafka.partitions_added", before=self.layout.partitions, now=now)
-        self.config = _with_partitions(self.config, now)
-        self.layout = self._layout(self.config)
-        self.restart_coordinator(sc, self.config)
+        if self.follow_partitions(sc, self.layout.partitions, now):
+            self.layout = self._layout(self.config)
 
 
 def stateful_kafka_query(func: Callable[..., Any], **options: Any) -> KafkaQuery:
@@ -317,12 +295,6 @@ def stateful_kafka_query(func: Callable[..., Any], **options: Any) -> KafkaQuery
     return KafkaQuery(func, **options)
 
 
-def _partition(name: str) -> KafkaPartition:
-    """``topic-3`` -> its :class:`KafkaPartition`."""
-    topic, _, number = name.rpartition("-")
-    return KafkaPartition(topic, int(number))
-
-
 def _kafka_topics(config: JobConfig) -> tuple[str, ...]:
     inputs = config.stream_inputs()
     others = [f"{i.system}:{i.stream}" for i in inputs if i.system != "kafka"]
@@ -332,8 +304,3 @@ def _kafka_topics(config: JobConfig) -> tuple[str, ...]:
             f"{others or 'none'}"
         )
     return tuple(sorted(i.stream for i in inputs))
-
-
-def _with_partitions(config: JobConfig, partitions: int) -> JobConfig:
-    inputs = [i.model_copy(update={"partitions": partitions}) for i in config.inputs]
-    return config.model_copy(update={"inputs": inputs})

@@ -37,14 +37,16 @@ again from the previous commit, with the same processing time: the same output a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
+from coordinator.streaming.kafka_offsets import OffsetsBehindError, spark_batch_offsets
 from coordinator.streaming.kafka_output import KafkaOutput
+from coordinator.streaming.kafka_progress import KafkaProgress
 from coordinator.streaming.kafka_stage import run_partitioned_stage
 from coordinator.streaming.routing import check_key_columns
 from coordinator.streaming.runtime import (
@@ -57,8 +59,8 @@ from coordinator.streaming.runtime import (
 from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from groupers import get_ssp_grouper
 from locality.spark.jvm import JvmClassesMissing, require_classes
-from locality.spark.kafka import KafkaClientConfig, KafkaPartition
-from locality.spark.kafka_source import source_partitions
+from locality.spark.kafka import KafkaClientConfig, KafkaPartition, as_client_config
+from locality.spark.kafka_source import source_partitions, source_ranges
 from locality.spark.state import CommitRecord, EventTime, EventTimeError, Storage
 from locality.spark.state.keyspace import KeySpace, key_text
 
@@ -142,6 +144,11 @@ class StatefulQuery(QueryRuntime):
             else None
         )
         self.kafka_layout = _kafka_layout(config)
+        self.progress = (
+            KafkaProgress.of(as_client_config(kafka), config, self.kafka_layout.topics)
+            if kafka is not None and self.kafka_layout is not None
+            else None
+        )
         self._partitioned: bool | None = None  # the first batch's data path (kept after)
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -156,15 +163,44 @@ class StatefulQuery(QueryRuntime):
             self.start(sc)
             self.output.publish_owed(sc, self._commit_log().latest())
         partitions = self._kafka_partitions(df)
+        if partitions is not None:
+            self._follow_partitions(sc, partitions)
         groups = self.keyspace.key_groups() if partitions is None else self._layout().key_groups()
         begun = self.begin(sc, batch, groups)
+        offsets = self._offsets(df, begun.plan) if partitions is not None else None
         stage = self._run_stage(df, begun.plan, partitions)
-        return self.finish(sc, begun, stage, self.sink)
+        return self.finish(sc, begun, stage, self.sink, offsets=offsets)
 
     def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
-        if self.output is None:
-            return []
-        return self.output.after_commit_steps(self.spark_context, commit)
+        steps: list[tuple[str, Callable[[], Any]]] = []
+        if self.output is not None:
+            steps += self.output.after_commit_steps(self.spark_context, commit)
+        if self.progress is not None and commit.offsets:
+            steps.append(self.progress.after_commit_step(commit))
+        return steps
+
+    def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:
+        """Records behind per Kafka partition (over the pinned Kafka source, given ``kafka=``)."""
+        return self.progress.lag(commit) if self.progress is not None else {}
+
+    def _follow_partitions(self, sc: Any, partitions: list[KafkaPartition | None]) -> None:
+        """A batch reading a partition past the job config's count: the topic grew, and each
+        partition added is a task the embedded coordinator places (as for the Kafka query)."""
+        now = 1 + max((p.partition for p in partitions if p is not None), default=-1)
+        if now > self._layout().partitions and self.follow_partitions(
+            sc, self._layout().partitions, now
+        ):
+            self.kafka_layout = _kafka_layout(self.config)
+
+    def _offsets(self, df: Any, plan: BatchPlan) -> dict[str, int]:
+        """The next offset of every partition after this batch, for its commit record; refused
+        when Spark's offsets for the batch are behind the state's (``OffsetsBehindError``)."""
+        ranges = source_ranges(df) or {}
+        done = plan.start.offsets if plan.start is not None else {}
+        try:
+            return spark_batch_offsets(done, ranges, self.log)
+        except OffsetsBehindError as exc:
+            raise StreamingUsageError(f"batch {plan.batch}: {exc}") from None
 
     def _kafka_partitions(self, df: Any) -> list[KafkaPartition | None] | None:
         """The Kafka partition each partition of ``df`` reads, when the batch runs with no

@@ -45,6 +45,7 @@ from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
 from coordinator.observability import job_logger
 from coordinator.streaming.commits import CommitLog
 from coordinator.streaming.history import batch_entry, executor_locations, record_batch
+from coordinator.streaming.kafka_layout import KafkaLayoutError, partitions_added
 from coordinator.streaming.reports import BatchReport, batch_report, failure_cause
 from coordinator.streaming.stage import BatchPlan, StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
@@ -198,16 +199,25 @@ class QueryRuntime:
         )
         self._coordinator_thread.start()
 
-    def restart_coordinator(self, sc: Any, config: JobConfig) -> None:
-        """Stop the embedded coordinator and start it again with ``config`` (the job's tasks
-        changed: a Kafka partition was added)."""
-        self.config = config
-        if self.coordinator != "embedded" or self._coordinator_thread is None:
-            return
-        self._stop.set()
-        self._coordinator_thread.join(10)
-        self._stop = threading.Event()
-        self._start_coordinator(sc)
+    def follow_partitions(self, sc: Any, configured: int, now: int) -> bool:
+        """Whether the Kafka input grew from ``configured`` partitions to ``now``: then the job
+        config's inputs say ``now`` and the embedded coordinator is started again with it (each
+        new partition is a task it places); a :class:`StreamingUsageError` when it cannot grow
+        (:func:`~coordinator.streaming.kafka_layout.partitions_added`)."""
+        try:
+            if not partitions_added(configured, now, embedded=self.coordinator == "embedded"):
+                return False
+        except KafkaLayoutError as exc:
+            raise StreamingUsageError(str(exc)) from None
+        self.log.info("kafka.partitions_added", before=configured, now=now)
+        inputs = [i.model_copy(update={"partitions": now}) for i in self.config.inputs]
+        self.config = self.config.model_copy(update={"inputs": inputs})
+        if self._coordinator_thread is not None:  # started: again, with the grown config
+            self._stop.set()
+            self._coordinator_thread.join(10)
+            self._stop = threading.Event()
+            self._start_coordinator(sc)
+        return True
 
     def close(self) -> None:
         """Stop the driver member and the embedded coordinator; close the connections."""

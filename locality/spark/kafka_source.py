@@ -16,7 +16,8 @@ The placement is one map per driver JVM, by topic-partition. An input partition 
 the scheduler asks where it prefers to run (when a job over the batch is submitted), so a
 placement set in ``foreachBatch`` applies to that batch (Spark has planned the batch's partitions
 before it calls the function). :func:`planned_locations` says what the scheduler was last told;
-:func:`source_partitions` which Kafka partition each partition of a batch's DataFrame reads.
+:func:`source_partitions` which Kafka partition each partition of a batch's DataFrame reads, and
+:func:`source_ranges` the offsets it reads there.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "planned_locations",
     "set_placement",
     "source_partitions",
+    "source_ranges",
 ]
 
 #: The format name of the pinned Kafka source (``META-INF/services`` in affinity's jar).
@@ -87,6 +89,22 @@ def source_partitions(df: Any) -> list[KafkaPartition | None] | None:
         topic, _, number = str(key).rpartition(":") if key is not None else ("", "", "")
         found.append(KafkaPartition(topic, int(number)) if number else None)
     return found
+
+
+def source_ranges(df: Any) -> dict[KafkaPartition, tuple[int, int]] | None:
+    """The offsets ``[from, until)`` each topic-partition of ``df`` (a micro-batch of the pinned
+    source, as for :func:`source_partitions`) reads in the batch; None when ``df`` is not one. A
+    topic-partition with nothing new in the batch has no entry (Spark plans no partition)."""
+    rdd = df._jdf.queryExecution().toRdd()
+    found = df.sparkSession.sparkContext._jvm.affinity.spark.KafkaPlacement.partitionRanges(rdd)
+    if found is None:
+        return None
+    ranges: dict[KafkaPartition, tuple[int, int]] = {}
+    for entry in found:
+        if entry is not None:
+            topic, number, start, until = str(entry).rsplit(":", 3)
+            ranges[KafkaPartition(topic, int(number))] = (int(start), int(until))
+    return ranges
 
 
 def is_pinned_kafka(df: Any) -> bool:

@@ -22,7 +22,8 @@ from test_kafka_query import OUTPUT, count, kafka_config, produce, reference
 from coordinator.launchers.kafka import KafkaBroker
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import BatchReport, StatefulQuery, stateful_foreach_batch
-from locality.spark.kafka import write_records
+from coordinator.streaming.kafka_progress import consumer_group
+from locality.spark.kafka import group_offsets, write_records
 from locality.spark.kafka_source import KAFKA_FORMAT, clear_placement
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -54,10 +55,16 @@ class Stream:
     batch's end offsets from Spark's progress reports (the reference's input)."""
 
     def __init__(
-        self, app: SparkApp, servers: str, topic: str, config: Any, function: Any = count
+        self,
+        app: SparkApp,
+        servers: str,
+        topic: str,
+        config: Any,
+        function: Any = count,
+        kafka: str | None = None,
     ) -> None:
         self.app, self.servers, self.topic, self.config = app, servers, topic, config
-        self.function = function
+        self.function, self.kafka = function, kafka
         self.outputs: dict[int, list[tuple[Any, ...]]] = {}
         self.ends: dict[int, dict[str, int]] = {}
         self.handler = self.make()
@@ -66,6 +73,7 @@ class Stream:
         return stateful_foreach_batch(
             self.function, key_columns=["key"], output_schema=OUTPUT,
             state_schema="n long, total long", sink=self.sink, config=self.config,
+            kafka=self.kafka,
         )  # fmt: skip
 
     def sink(self, df: Any, batch: int) -> None:
@@ -95,6 +103,12 @@ class Stream:
             ends = _offsets(source_progress["endOffset"])
             self.ends[progress["batchId"]] = {f"{self.topic}-{p}": o for p, o in ends.items()}
         return self.handler.reports[before:]
+
+    def committed_offsets(self) -> dict[str, int]:
+        """The offsets the state's latest commit record keeps."""
+        latest = self.handler._commit_log().latest()
+        assert latest is not None
+        return dict(latest.offsets)
 
 
 def _offsets(document: Any) -> dict[int, int]:
@@ -147,6 +161,51 @@ def test_batches_run_where_their_partitions_are_read_with_no_shuffle(
         assert sorted(stream.outputs) == sorted(stream.ends) == list(range(len(first) + 2))
     finally:
         stream.handler.close()
+
+
+def test_the_commit_keeps_spark_offsets_and_a_partition_added_is_a_task(
+    app: SparkApp,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    """Over the pinned source the commit record keeps the offsets Spark planned for the batch,
+    shown to Kafka's tools under the job's consumer group (``kafka=``), and a partition added to
+    the topic while the query runs is a new task, placed and run with no shuffle (as the Kafka
+    query does), its records counted once."""
+    servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
+    config = kafka_config(zk_server, tmp_path, topic, PARTITIONS)
+    stream = Stream(app, servers, topic, config, kafka=servers)
+    clear_placement(app.session)
+    checkpoint = tmp_path / "checkpoint"
+    try:
+        produce(kafka_broker, topic, 0, 1000)
+        first = stream.run(KAFKA_FORMAT, checkpoint)
+        last = first[-1].batch
+        assert stream.committed_offsets() == stream.ends[last]
+        assert sum(stream.ends[last].values()) == 1000
+        shown = group_offsets(servers, consumer_group(config))
+        assert {str(p): o for p, o in shown.items()} == stream.ends[last]
+        latest = stream.handler._commit_log().latest()
+        assert latest is not None and set(stream.handler.source_lag(latest).values()) == {0}
+
+        # two partitions added: Spark's source reads them from the earliest offset, each is a
+        # new task of the job (the embedded coordinator places it), still no shuffle
+        kafka_broker.add_partitions(topic, PARTITIONS + 2)
+        produce(kafka_broker, topic, 1000, 600)
+        before = shuffle_bytes(app)
+        grown = stream.run(KAFKA_FORMAT, checkpoint)
+        assert shuffle_bytes(app) == before
+        assert sum(r.rows_in for r in grown) == 600
+        assert (grown[-1].tasks, grown[-1].pinned_ok) == (PARTITIONS + 2, PARTITIONS + 2)
+        assert stream.handler.config.stream_inputs()[0].partitions == PARTITIONS + 2
+        offsets = stream.committed_offsets()
+        assert offsets == stream.ends[grown[-1].batch] and len(offsets) == PARTITIONS + 2
+        assert all(offsets[f"{topic}-{p}"] > 0 for p in (PARTITIONS, PARTITIONS + 1))
+    finally:
+        stream.handler.close()
+    assert stream.outputs == reference(kafka_broker, topic, stream.ends)  # each record once
 
 
 def test_the_same_query_over_spark_kafka_source_shuffles(

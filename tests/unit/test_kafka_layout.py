@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from coordinator.config import load_config
-from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
+from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError, partitions_added
 from coordinator.streaming.kafka_offsets import DEFAULT_MAX_RECORDS
 from coordinator.streaming.kafka_query import stateful_kafka_query
 from coordinator.streaming.runtime import StreamingUsageError, failure_cause
@@ -162,3 +162,13 @@ def test_stateful_foreach_batch_runs_without_a_shuffle_only_over_a_kafka_layout(
     assert kafka is not None and kafka.key_groups() == {f"Partition {p}": (p,) for p in range(4)}
     assert handler("spark", "group-by-partition").kafka_layout is None
     assert handler("kafka", "group-by-partition", factor=2).kafka_layout is None  # buckets
+
+
+def test_partitions_can_be_added_under_an_embedded_coordinator_never_removed() -> None:
+    assert partitions_added(4, 4, embedded=True) is False
+    assert partitions_added(4, 6, embedded=True) is True
+    with pytest.raises(KafkaLayoutError, match="have 3 partitions, the job config says 4"):
+        partitions_added(4, 3, embedded=True)
+    with pytest.raises(KafkaLayoutError, match=r"set inputs\[\]\.partitions to 6 and restart"):
+        partitions_added(4, 6, embedded=False)  # an external coordinator reads the job config
+    assert partitions_added(4, 4, embedded=False) is False

@@ -65,9 +65,21 @@ public final class KafkaPlacement {
    * holds no one of the source's partitions or several.
    */
   public static String[] partitionKeys(RDD<?> rdd) {
+    return partitionFacts(rdd, false);
+  }
+
+  /**
+   * As {@link #partitionKeys}, each entry {@code topic:partition:from:until}: the offsets of the
+   * records the partition reads in the batch.
+   */
+  public static String[] partitionRanges(RDD<?> rdd) {
+    return partitionFacts(rdd, true);
+  }
+
+  private static String[] partitionFacts(RDD<?> rdd, boolean ranges) {
     RDD<?> at = rdd;
     while (true) {
-      String[] keys = keysOf(at.partitions());
+      String[] keys = keysOf(at.partitions(), ranges);
       if (keys != null) {
         return keys;
       }
@@ -83,14 +95,15 @@ public final class KafkaPlacement {
    * inputPartition()} (an Option), 3.5 {@code inputPartitions()} (a Seq). */
   private static final String[] HOLDERS = {"inputPartition", "inputPartitions"};
 
-  private static String[] keysOf(Partition[] partitions) {
+  private static String[] keysOf(Partition[] partitions, boolean ranges) {
     String[] keys = new String[partitions.length];
     boolean found = false;
     for (int i = 0; i < partitions.length; i++) {
       List<String> held = new ArrayList<>();
       for (String holder : HOLDERS) {
         try {
-          collectKeys(partitions[i].getClass().getMethod(holder).invoke(partitions[i]), held);
+          Object holds = partitions[i].getClass().getMethod(holder).invoke(partitions[i]);
+          collectKeys(holds, held, ranges);
         } catch (ReflectiveOperationException e) {
           // not a data source RDD's partition, or not this Spark version's accessor
         }
@@ -101,18 +114,19 @@ public final class KafkaPlacement {
     return found ? keys : null;
   }
 
-  private static void collectKeys(Object held, List<String> into) {
+  private static void collectKeys(Object held, List<String> into, boolean ranges) {
     if (held instanceof PinnedStream.PinnedPartition) {
-      into.add(((PinnedStream.PinnedPartition) held).key);
+      PinnedStream.PinnedPartition pinned = (PinnedStream.PinnedPartition) held;
+      into.add(ranges ? pinned.key + ":" + pinned.range : pinned.key);
     } else if (held instanceof scala.Option) {
       scala.Option<?> option = (scala.Option<?>) held;
       if (option.isDefined()) {
-        collectKeys(option.get(), into);
+        collectKeys(option.get(), into, ranges);
       }
     } else if (held instanceof scala.collection.Iterable) {
       scala.collection.Iterator<?> items = ((scala.collection.Iterable<?>) held).iterator();
       while (items.hasNext()) {
-        collectKeys(items.next(), into);
+        collectKeys(items.next(), into, ranges);
       }
     }
   }

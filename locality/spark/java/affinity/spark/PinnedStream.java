@@ -102,7 +102,8 @@ final class PinnedStream implements InvocationHandler {
   static InputPartition[] pin(InputPartition[] partitions) {
     InputPartition[] pinned = new InputPartition[partitions.length];
     for (int i = 0; i < partitions.length; i++) {
-      pinned[i] = new PinnedPartition(partitions[i], topicPartition(partitions[i]));
+      pinned[i] =
+          new PinnedPartition(partitions[i], topicPartition(partitions[i]), range(partitions[i]));
     }
     return pinned;
   }
@@ -122,6 +123,22 @@ final class PinnedStream implements InvocationHandler {
   }
 
   /**
+   * {@code from:until} of one of Kafka's input partitions: the offsets of the batch's records in
+   * its topic-partition ({@code until} is the next batch's {@code from}).
+   */
+  static String range(InputPartition partition) {
+    try {
+      Object range = partition.getClass().getMethod("offsetRange").invoke(partition);
+      long from = (Long) range.getClass().getMethod("fromOffset").invoke(range);
+      long until = (Long) range.getClass().getMethod("untilOffset").invoke(range);
+      return from + ":" + until;
+    } catch (ReflectiveOperationException | ClassCastException e) {
+      throw new IllegalStateException(
+          PinnedKafkaProvider.NAME + ": not one of Kafka's input partitions: " + partition, e);
+    }
+  }
+
+  /**
    * One of Kafka's input partitions, preferring the location {@link KafkaPlacement} names for its
    * topic-partition when the scheduler asks (on the driver, when a job over it is submitted: a
    * placement set after the batch was planned, e.g. in {@code foreachBatch}, still applies), else
@@ -132,10 +149,12 @@ final class PinnedStream implements InvocationHandler {
 
     final InputPartition kafka;
     final String key;
+    final String range;
 
-    PinnedPartition(InputPartition kafka, String key) {
+    PinnedPartition(InputPartition kafka, String key, String range) {
       this.kafka = kafka;
       this.key = key;
+      this.range = range;
     }
 
     @Override
