@@ -21,12 +21,12 @@ from typing import Any
 import structlog
 
 from benchmarks._report import DOC, table, write_section
-from coordinator.demo.race_ways import WAYS, RaceBatch, RaceInput
+from coordinator.demo.race_ways import RaceBatch, RaceInput
 from coordinator.demo.streaming_race import StreamingRace
 
 PHASES = ("steady state", "executor killed", "application restarted")
 HEADERS = ["records/batch", "phase", "way", "median s", "records/s", "first batch", "loaded"]
-HEADERS += ["warm"]
+HEADERS += ["warm", "shuffle"]
 
 
 QUICK = (20_000,)
@@ -59,12 +59,13 @@ def race_phases(
                 run.step(PHASES[2])
             correct = run.outputs_equal()
             batches = run.log.batches
+            ways = run.names
         finally:
             run.stop()
     return {
         "rows": rows,
         "outputs_equal_reference": correct,
-        "phases": {p: {w: figures(batches[w], p, rows) for w in WAYS} for p in PHASES},
+        "phases": {p: {w: figures(batches[w], p, rows) for w in ways} for p in PHASES},
     }
 
 
@@ -80,6 +81,7 @@ def figures(batches: list[RaceBatch], phase: str, rows: int) -> dict[str, Any]:
         "first_s": round(seconds[0], 2) if seconds else None,
         "bytes_loaded": sum(b.bytes_loaded for b in done),
         "warm_ratio": round(sum(b.warm for b in done) / tasks, 3) if tasks else None,
+        "shuffle_bytes": sum(b.shuffle_bytes for b in done),
     }
 
 
@@ -88,21 +90,21 @@ def table_rows(results: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for result in results:
         for phase in PHASES:
-            for way in WAYS:
-                f = result["phases"][phase][way]
+            for way, f in result["phases"][phase].items():
                 rows.append(
                     [f"{result['rows']:,}", phase, way, f"{f['median_s']} s",
                      f"{f['records_per_s']:,}" if f["records_per_s"] else "-", f"{f['first_s']} s",
                      f"{f['bytes_loaded'] / 2**20:,.1f} MiB",
-                     "-" if f["warm_ratio"] is None else f"{f['warm_ratio']:.0%}"]
+                     "-" if f["warm_ratio"] is None else f"{f['warm_ratio']:.0%}",
+                     f"{f['shuffle_bytes'] / 2**20:,.1f} MiB"]
                 )  # fmt: skip
     return rows
 
 
-def steady_ratio(result: dict[str, Any]) -> str:
-    """affinity's steady records/s over Spark's."""
+def steady_ratio(result: dict[str, Any], way: str = "affinity") -> str:
+    """``way``'s steady records/s over Spark's."""
     steady = result["phases"][PHASES[0]]
-    ours, theirs = steady["affinity"]["records_per_s"], steady["spark"]["records_per_s"]
+    ours, theirs = steady[way]["records_per_s"], steady["spark"]["records_per_s"]
     return f"{ours / theirs:.2f}" if ours and theirs else "-"
 
 
@@ -140,8 +142,13 @@ def race_markdown(title: str, intro: str, results: list[dict[str, Any]]) -> str:
     """The section: ``title``, ``intro``, the table, then per size affinity's steady records/s
     over Spark's and whether the outputs were right."""
     outcomes = [
-        f"- {r['rows']:,} records a batch: affinity / spark records/s {steady_ratio(r)}; outputs "
-        f"equal the reference: {'yes' if r['outputs_equal_reference'] else 'NO'}."
+        f"- {r['rows']:,} records a batch: "
+        + "; ".join(
+            f"{way} / spark records/s {steady_ratio(r, way)}"
+            for way in r["phases"][PHASES[0]]
+            if way != "spark"
+        )
+        + f"; outputs equal the reference: {'yes' if r['outputs_equal_reference'] else 'NO'}."
         for r in results
     ]
     return "\n".join(

@@ -1,6 +1,7 @@
-"""Kafka end to end: records/s of a Kafka query whose tasks own their partitions against Spark's
-own ``applyInPandasWithState`` over Spark's Kafka connector, on the same topic, through an
-executor loss and an application restart.
+"""Kafka end to end: records/s of a Kafka query whose tasks own their partitions and of
+``stateful_foreach_batch`` over Spark's own Kafka source with its partitions pinned, against
+Spark's own ``applyInPandasWithState`` over Spark's Kafka connector, on the same records, through
+an executor loss and an application restart.
 
 The streaming race over a real broker (``coordinator/demo/streaming_race.py`` with
 ``kafka=True``): a topic of 12 partitions (12 affinity tasks = 12 Spark state partitions) on the
@@ -35,7 +36,10 @@ PAD = 1_000  # state characters per user: 10 MB of state per way
 
 def race_size(rows: int, steady: int, per_phase: int) -> dict[str, Any]:
     """One race at ``rows`` records a batch over the broker; its figures per phase and way."""
-    return race_phases(rows, steady, per_phase, tasks=PARTITIONS, users=USERS, pad=PAD, kafka=True)
+    return race_phases(
+        rows, steady, per_phase, tasks=PARTITIONS, users=USERS, pad=PAD, kafka=True,
+        pinned_source=True,
+    )  # fmt: skip
 
 
 def markdown(results: list[dict[str, Any]], load: str) -> str:
@@ -44,8 +48,10 @@ def markdown(results: list[dict[str, Any]], load: str) -> str:
         f"{PARTITIONS} partitions on a real broker (Kafka 4.4.0, KRaft), {USERS:,} users x {PAD:,} "
         "characters of state; a fill batch, then per phase its batches; 3 workers of one core, "
         "executors of 1 GB. affinity: a Kafka query whose tasks read their partitions on their "
-        "executors (output to a topic too); spark: `applyInPandasWithState` over Spark's Kafka "
-        "connector 4.2.0 with the RocksDB state store."
+        "executors (output to a topic too); affinity-source: the same function through "
+        '`stateful_foreach_batch` over `format("affinity-kafka")` (Spark\'s Kafka source, its '
+        "partitions pinned: one availableNow run per batch, no shuffle); spark: "
+        "`applyInPandasWithState` over Spark's Kafka connector 4.2.0 with the RocksDB state store."
     )
     return race_markdown(
         "Kafka: tasks that own their partitions vs Spark's connector and state store",

@@ -10,7 +10,11 @@ both ways, and affinity writes its output to a second topic.
 - :class:`KafkaAffinityWay`: the same function as a Kafka query whose tasks own their partitions
   (:func:`coordinator.streaming.kafka_query.stateful_kafka_query`): each task reads its
   partition on its executor, and writes its output to the output topic (one transaction per
-  task and batch) besides the sink the race compares.
+  task and batch) besides the sink the race compares;
+- :class:`PinnedSourceAffinityWay` (``StreamingRace(kafka=True, pinned_source=True)``): the same
+  function through ``stateful_foreach_batch`` over Spark's own Kafka source with its partitions
+  pinned (``readStream.format("affinity-kafka")``): a real Structured Streaming query, one
+  ``availableNow`` run per race batch, each task run where its partition is read, no shuffle.
 """
 
 from __future__ import annotations
@@ -36,7 +40,13 @@ from coordinator.demo.race_ways import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["KafkaAffinityWay", "KafkaRaceInput", "KafkaSparkWay", "decode_clicks"]
+__all__ = [
+    "KafkaAffinityWay",
+    "KafkaRaceInput",
+    "KafkaSparkWay",
+    "PinnedSourceAffinityWay",
+    "decode_clicks",
+]
 
 CLICK_FIELDS = (("user", "string"), ("value", "int64"), ("pad", "int64"))  # Arrow types
 CLICK_DDL = "user string, value long, pad long"  # the same, as Spark's
@@ -174,3 +184,43 @@ class KafkaAffinityWay(AffinityWay):
     def stop(self) -> None:
         if self.handler is not None:
             self.handler.close()
+
+
+class PinnedSourceAffinityWay(AffinityWay):
+    """The same function through ``stateful_foreach_batch`` over the pinned Kafka source; each
+    race batch is one ``availableNow`` run of the query (one Spark batch: no cap), so a race
+    batch is never split between two triggers."""
+
+    name = "affinity-source"
+
+    def __init__(self, source: KafkaRaceInput, checkpoint: Path, config: JobConfig) -> None:
+        super().__init__(source, checkpoint, config)
+        self.kafka = source
+
+    def start(self, session: Any) -> None:
+        self.session = session
+        self.handler = self.make_handler()
+
+    def run(self, phase: str) -> list[RaceBatch]:
+        """One availableNow run: what the topic has, in one batch."""
+        from locality.spark.kafka_source import KAFKA_FORMAT
+
+        query = (
+            self.session.readStream.format(KAFKA_FORMAT)
+            .option("kafka.bootstrap.servers", self.kafka.servers)
+            .option("subscribe", self.kafka.topic_of(self.name))
+            .option("startingOffsets", "earliest")
+            .option("kafka.isolation.level", "read_committed")
+            .load()
+            .selectExpr(f"from_json(CAST(value AS STRING), '{CLICK_DDL}') AS c")
+            .select("c.*")
+            .writeStream.foreachBatch(self.handler)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        self.query = query
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"the pinned-source query failed: {query.exception()}")
+        return self.collect(phase)

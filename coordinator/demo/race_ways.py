@@ -158,6 +158,7 @@ class RaceBatch:
     warm: int  # of those, the ones whose state was where they ran: nothing loaded
     rows_in: int = 0  # the batch's input rows (affinity's count)
     driver_rows: int = 0  # the batch's rows through the driver (affinity: 0)
+    shuffle_bytes: int = 0  # shuffle bytes written and read while the way ran the race batch
 
     @property
     def warm_ratio(self) -> float:
@@ -317,6 +318,10 @@ class AffinityWay:
         """Run what the source has; one figure per batch not reported yet (the query may have
         started a batch on its own before)."""
         self.query.processAllAvailable()
+        return self.collect(phase)
+
+    def collect(self, phase: str) -> list[RaceBatch]:
+        """One figure per batch the query ran since the last call."""
         durations = _durations(self.query, self.last)
         reports = [r for r in self.handler.reports if r.batch > self.last]
         self.last = max([self.last, *(r.batch for r in reports)])

@@ -16,7 +16,9 @@ the next batch's file and runs both queries (alternating which goes first). Fail
   application started from the same checkpoints.
 
 ``kafka=True`` reads the clicks from a topic of a real broker (:mod:`coordinator.demo.race_kafka`);
-``processor=True`` runs a ``StatefulProcessor`` both ways (:mod:`coordinator.demo.race_processor`).
+``processor=True`` runs a ``StatefulProcessor`` both ways (:mod:`coordinator.demo.race_processor`);
+``pinned_source=True`` (with ``kafka=True``) adds a third way, the function over Spark's own Kafka
+source with its partitions pinned.
 
 Every process it started is stopped by :meth:`StreamingRace.stop`.
 """
@@ -27,11 +29,16 @@ import contextlib
 import itertools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from coordinator.demo.race_kafka import KafkaAffinityWay, KafkaRaceInput, KafkaSparkWay
+from coordinator.demo.race_kafka import (
+    KafkaAffinityWay,
+    KafkaRaceInput,
+    KafkaSparkWay,
+    PinnedSourceAffinityWay,
+)
 from coordinator.demo.race_processor import AffinityProcessorWay, SparkProcessorWay
 from coordinator.demo.race_ways import (
     HOSTS,
@@ -48,6 +55,7 @@ from coordinator.launchers.cluster import StandaloneCluster, spark_session
 from coordinator.launchers.kafka import KafkaBroker
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from groupers.measures import tasks_moved
+from locality.spark.status import shuffle_bytes
 
 __all__ = ["RaceBatch", "RaceInput", "RaceLog", "StreamingRace"]
 
@@ -59,9 +67,13 @@ STORE_LOADED = re.compile(
 
 @dataclass
 class RaceLog:
-    """Every batch of both ways, in order."""
+    """Every batch of every way, in order."""
 
     batches: dict[str, list[RaceBatch]] = field(default_factory=lambda: {w: [] for w in WAYS})
+
+    @classmethod
+    def of(cls, ways: tuple[str, ...]) -> RaceLog:
+        return cls({w: [] for w in ways})
 
     def add(self, way: str, batches: list[RaceBatch]) -> None:
         self.batches[way].extend(batches)
@@ -80,9 +92,15 @@ class StreamingRace:
         executor_memory: str = "512m",
         kafka: bool = False,
         processor: bool = False,
+        pinned_source: bool = False,
     ) -> None:
         if kafka and processor:
             raise ValueError("the race runs a processor over the file source only")
+        if pinned_source and not kafka:
+            raise ValueError("the pinned Kafka source way needs kafka=True")
+        #: the ways, in the order the first batch runs them (``pinned_source``: a third, the
+        #: function over the pinned Kafka source)
+        self.names = (*WAYS, *((PinnedSourceAffinityWay.name,) if pinned_source else ()))
         self.workdir, self.source, self.tasks, self.note = workdir, source, tasks, note
         self.processor = processor
         self.executor_memory = executor_memory
@@ -97,14 +115,14 @@ class StreamingRace:
         self.zookeeper = EmbeddedZooKeeper(workdir / "zookeeper")
         self.cluster = StandaloneCluster(workdir / "spark", HOSTS, worker_memory="1g")
         self.session: Any = None
-        self.log = RaceLog()
+        self.log = RaceLog.of(self.names)
         self.next_batch = 0
         self.ways: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ set-up / tear-down
 
     def start(self) -> None:
-        for name in WAYS:
+        for name in self.names:
             self.source.folder(name).mkdir(parents=True, exist_ok=True)
         self.note("starting ZooKeeper ...")
         self.zookeeper.start()
@@ -132,14 +150,21 @@ class StreamingRace:
             }
         self.note("starting a Kafka broker (KRaft) ...")
         self.broker.start()
-        for topic in (*(source.topic_of(w) for w in WAYS), source.output_topic):
+        for topic in (*(source.topic_of(w) for w in self.names), source.output_topic):
             self.broker.create_topic(topic, self.tasks)
         topic = source.topic_of("affinity")
         config = race_config(self.zookeeper.hosts, self.workdir, self.tasks, topic=topic)
-        return {
+        ways: dict[str, Any] = {
             "affinity": KafkaAffinityWay(source, affinity_ckpt, config),
             "spark": KafkaSparkWay(source, spark_ckpt, self.tasks),
         }
+        if PinnedSourceAffinityWay.name in self.names:  # its own job, state and topic
+            name, work = PinnedSourceAffinityWay.name, self.workdir / "pinned-source"
+            config = race_config(
+                self.zookeeper.hosts, work, self.tasks, name=name, topic=source.topic_of(name)
+            )
+            ways[name] = PinnedSourceAffinityWay(source, work / "spark-ckpt", config)
+        return ways
 
     def _start_application(self) -> None:
         self.note("starting the application and its executors ...")
@@ -215,11 +240,14 @@ class StreamingRace:
 
     def step(self, phase: str) -> dict[str, list[RaceBatch]]:
         """Drop the next batch's file for each query in turn and run it (one at a time)."""
-        order = WAYS if self.next_batch % 2 == 0 else tuple(reversed(WAYS))
+        order = self.names if self.next_batch % 2 == 0 else tuple(reversed(self.names))
         done: dict[str, list[RaceBatch]] = {}
         for name in order:
             self.source.drop(self.next_batch, name)
-            done[name] = self.ways[name].run(phase)
+            before = shuffle_bytes(self.session.sparkContext)
+            ran = self.ways[name].run(phase)
+            shuffled = shuffle_bytes(self.session.sparkContext) - before
+            done[name] = [replace(b, shuffle_bytes=shuffled * (i == 0)) for i, b in enumerate(ran)]
             self.log.add(name, done[name])
         self.next_batch += 1
         return done
@@ -265,9 +293,9 @@ class StreamingRace:
     # ------------------------------------------------------------------ results
 
     def outputs_equal(self) -> bool:
-        """Both ways' outputs equal the single-process reference, batch by batch."""
+        """Every way's outputs equal the single-process reference, batch by batch."""
         reference = self.source.reference(range(self.next_batch))
-        return all(self.ways[w].outputs == reference for w in WAYS)
+        return all(self.ways[w].outputs == reference for w in self.names)
 
     def versions(self) -> list[int]:
         return sorted(self.ways["affinity"].versions)

@@ -129,7 +129,13 @@ class StatefulQuery(QueryRuntime):
         self.data_path = data_path
         self.sink = sink
         self.spark_context: Any = None  # the batch's, for the steps after its commit
-        self.keyspace = _keyspace(config)
+        self.kafka_layout = _kafka_layout(config)
+        try:  # a job whose tasks own Kafka partitions needs no key space over the pinned source
+            self._keys: KeySpace | str = _keyspace(config)
+        except StreamingUsageError as exc:
+            if self.kafka_layout is None:
+                raise
+            self._keys = str(exc)
         self.output = (
             KafkaOutput.to_topic(
                 kafka,
@@ -143,7 +149,6 @@ class StatefulQuery(QueryRuntime):
             if output_topic is not None
             else None
         )
-        self.kafka_layout = _kafka_layout(config)
         self.progress = (
             KafkaProgress.of(as_client_config(kafka), config, self.kafka_layout.topics)
             if kafka is not None and self.kafka_layout is not None
@@ -217,6 +222,16 @@ class StatefulQuery(QueryRuntime):
             )
         self._partitioned = partitioned
         return partitions
+
+    @property
+    def keyspace(self) -> KeySpace:
+        """The key space a batch's keys are routed by (a batch not of the pinned Kafka source)."""
+        if isinstance(self._keys, str):
+            raise StreamingUsageError(
+                f"{self._keys}: a batch not of the pinned Kafka source (format('affinity-kafka')) "
+                "routes keys by their hash"
+            )
+        return self._keys
 
     def _layout(self) -> KafkaLayout:
         assert self.kafka_layout is not None

@@ -13,7 +13,9 @@ executor locations.
 - :mod:`~locality.spark.kafka`: a task's Kafka partition: offsets, its range read straight from
   the broker, the sink (confluent-kafka); not imported here;
 - :mod:`~locality.spark.kafka_source`: the pinned Kafka source (``format("affinity-kafka")``):
-  its placement, set by the driver before a batch runs; not imported here.
+  its placement, set by the driver before a batch runs; not imported here;
+- :mod:`~locality.spark.status`: what Spark's status store says (shuffle bytes so far); not
+  imported here.
 
 Registering executors as processors is the member's job: ``coordinator.member.executors``;
 ``stateful_foreach_batch`` (DESIGN.md "Spark streaming") is ``coordinator.streaming``, whose

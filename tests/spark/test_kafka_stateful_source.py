@@ -23,6 +23,7 @@ from coordinator.launchers.kafka import KafkaBroker
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming import BatchReport, StatefulQuery, stateful_foreach_batch
 from coordinator.streaming.kafka_progress import consumer_group
+from locality.spark import status
 from locality.spark.kafka import group_offsets, write_records
 from locality.spark.kafka_source import KAFKA_FORMAT, clear_placement
 
@@ -34,20 +35,8 @@ PARTITIONS = 4
 
 
 def shuffle_bytes(app: SparkApp) -> int:
-    """Shuffle bytes written and read by every stage of the application so far (Spark's status
-    store, once its listener bus has caught up)."""
-    sc: Any = app.sc
-    jvm = sc._jvm
-    sc._jsc.sc().listenerBus().waitUntilEmpty()
-    stages = sc._jsc.sc().statusStore().stageList(
-        jvm.java.util.ArrayList(), False, False, sc._gateway.new_array(jvm.double, 0),
-        jvm.java.util.ArrayList(),
-    )  # fmt: skip
-    total, found = 0, stages.iterator()
-    while found.hasNext():
-        stage = found.next()
-        total += stage.shuffleWriteBytes() + stage.shuffleReadBytes()
-    return int(total)
+    """Shuffle bytes written and read by every stage of the application so far."""
+    return status.shuffle_bytes(app.sc)
 
 
 class Stream:

@@ -93,3 +93,21 @@ def test_bad_use_is_named(tmp_path: Path) -> None:
     ]
     with pytest.raises(StreamingUsageError, match="exactly one input"):
         handler(config(tmp_path, inputs=two))
+
+
+def test_tasks_that_own_kafka_partitions_need_no_key_space_over_the_pinned_source(
+    tmp_path: Path,
+) -> None:
+    """12 partitions under the default max_parallelism (1,024, not a multiple of 12): the pinned
+    Kafka source keeps key group p for partition p, so the query is built; only a batch routed
+    by key hash (another source) needs the key space, and is refused saying why."""
+    kafka = [{"system": "kafka", "stream": "clicks", "partitions": 12}]
+    grouper = {"name": "group-by-partition", "options": {"elasticity_factor": 1}}
+    query = handler(config(tmp_path, inputs=kafka, ssp_grouper=grouper))
+    assert query.kafka_layout is not None and query.kafka_layout.partitions == 12
+    assert query.kafka_layout.key_groups()["Partition 11"] == (11,)
+    with pytest.raises(StreamingUsageError, match=r"multiple of partitions x elasticity factor"):
+        query.keyspace  # noqa: B018 (the property raises)
+    files = [{"system": "spark", "stream": "clicks", "partitions": 12}]
+    with pytest.raises(StreamingUsageError, match=r"multiple of partitions x elasticity factor"):
+        handler(config(tmp_path, inputs=files, ssp_grouper=grouper))  # no Kafka: refused at once
