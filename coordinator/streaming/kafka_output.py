@@ -25,16 +25,11 @@ before each batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.streaming.runtime import (
-    QueryRuntime,
-    StreamingBatchError,
-    StreamingUsageError,
-    failure_cause,
-)
+from coordinator.streaming.reports import StreamingBatchError, StreamingUsageError, failure_cause
 from locality.spark import run_pinned
 from locality.spark.kafka import KafkaClientConfig, as_client_config
 from locality.spark.state import CommitRecord, Storage
@@ -84,19 +79,20 @@ class KafkaOutput:
         cls,
         kafka: KafkaClientConfig | str | None,
         topic: str,
-        query: QueryRuntime,
         *,
+        query: str,
+        columns: Sequence[str],
+        storage: Storage,
         key_column: str | None = "key",
         value_column: str | None = None,
         transactional: bool = True,
         delivery: str = "exactly-once",
     ) -> KafkaOutput:
-        """``query``'s output to ``topic`` (records keyed by ``key_column``, valued by
-        ``value_column`` or the row as JSON), kept in its storage; a
+        """Query ``query``'s output (``columns``) to ``topic`` (records keyed by ``key_column``,
+        valued by ``value_column`` or the row as JSON), kept in ``storage``; a
         :class:`StreamingUsageError` names a wrong option before anything runs."""
         if kafka is None:
             raise StreamingUsageError(f"output_topic={topic!r} needs kafka= (bootstrap servers)")
-        columns = query.spec.output_columns
         for what, column in (("key", key_column), ("value", value_column)):
             if column is not None and column not in columns:
                 raise StreamingUsageError(
@@ -107,12 +103,12 @@ class KafkaOutput:
             return cls.of(
                 as_client_config(kafka),
                 topic,
-                query=f"{query.config.job.name}-{query.config.job.id}",
+                query=query,
                 key_column=key_column,
                 value_column=value_column,
                 transactional=transactional,
                 delivery=delivery,
-                storage=query.storage,
+                storage=storage,
             )
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None

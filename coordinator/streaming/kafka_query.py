@@ -38,7 +38,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from coordinator.config import JobConfig
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
@@ -48,8 +48,8 @@ from coordinator.streaming.kafka_offsets import (
     batch_cap,
     start_offsets,
 )
-from coordinator.streaming.kafka_output import KafkaOutput
-from coordinator.streaming.kafka_progress import KafkaProgress
+from coordinator.streaming.kafka_progress import KafkaProgress, consumer_group
+from coordinator.streaming.options import QueryOptions
 from coordinator.streaming.runtime import (
     BatchReport,
     Begun,
@@ -72,7 +72,6 @@ from locality.spark.kafka import (
     plan_ranges,
 )
 from locality.spark.pinning import job_description
-from locality.spark.state import CommitRecord, Storage
 from locality.spark.state.durable import pin_pending_ranges
 from locality.spark.state.kafka_task import KafkaTaskInput, decode_utf8
 from locality.spark.state.pinned_task import TASK_COLUMN
@@ -94,22 +93,13 @@ class KafkaQuery(QueryRuntime):
         config: JobConfig,
         key_columns: Iterable[str] = ("key",),
         sink: Callable[[Any, int], None] | None = None,
-        output_topic: str | None = None,
-        output_key_column: str | None = "key",
-        output_value_column: str | None = None,
-        transactional: bool = True,
-        delivery: str = "exactly-once",
         decode: Callable[..., Any] = decode_utf8,
         max_records_per_batch: int | Literal["default"] | None = "default",
         starting_offsets: str | Mapping[str, Any] = "earliest",
         fail_on_data_loss: bool = True,
-        timeout: str = "NoTimeout",
-        storage: Storage | None = None,
-        coordinator: str = "embedded",
-        locality_wait: str | None = "30s",
-        in_force_timeout_s: float = 120.0,
+        **options: Unpack[QueryOptions],
     ) -> None:
-        if timeout == "EventTimeTimeout":
+        if options.get("timeout") == "EventTimeTimeout":
             raise StreamingUsageError(
                 "the Kafka query has no event time yet (EventTimeTimeout): stateful_foreach_batch "
                 "over Spark's Kafka source takes event_time=(column, delay)"
@@ -120,39 +110,19 @@ class KafkaQuery(QueryRuntime):
             output_schema=output_schema,
             state_schema=state_schema,
             config=config,
-            timeout=timeout,
-            storage=storage,
-            coordinator=coordinator,
-            locality_wait=locality_wait,
-            in_force_timeout_s=in_force_timeout_s,
+            sink=sink,
+            kafka=kafka,
+            **options,
         )
-        if sink is None and output_topic is None:
-            raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
-        try:
-            self.max_records = batch_cap(max_records_per_batch)
-        except ValueError as exc:
-            raise StreamingUsageError(str(exc)) from None
-        self.spark, self.sink, self.decode = spark, sink, decode
+        self.spark, self.decode = spark, decode
         self.client = as_client_config(kafka)
         self.topics = _kafka_topics(config)
         try:
+            self.max_records = batch_cap(max_records_per_batch)
             self.starting = StartingOffsets.parse(starting_offsets, self.topics)
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None
         self.fail_on_data_loss = fail_on_data_loss
-        self.output = (
-            KafkaOutput.to_topic(
-                self.client,
-                output_topic,
-                self,
-                key_column=output_key_column,
-                value_column=output_value_column,
-                transactional=transactional,
-                delivery=delivery,
-            )
-            if output_topic is not None
-            else None
-        )
         self.layout = self._layout(config)
         self.progress = KafkaProgress.of(self.client, config, self.topics)
 
@@ -167,12 +137,12 @@ class KafkaQuery(QueryRuntime):
             raise StreamingUsageError(str(exc)) from None
         sc = self.spark.sparkContext
         self._follow_partitions(sc)
-        self._publish_owed(sc)
+        self.publish_owed(sc)
         begun = self.begin(sc, self.next_batch(sc), self.layout.key_groups())
         ranges = self._ranges(begun)
         stage = self._run_stage(begun, ranges)
         offsets = {name: end for name, (_, end) in ranges.items()}
-        return self.finish(sc, begun, stage, self.sink, offsets=offsets)
+        return self.finish(sc, begun, stage, offsets=offsets)
 
     def run(
         self, *, batches: int | None = None, until_idle: bool = True, pause_s: float = 0.5
@@ -240,23 +210,7 @@ class KafkaQuery(QueryRuntime):
     @property
     def group(self) -> str:
         """The consumer group the query's committed offsets are shown under."""
-        return self.progress.group
-
-    def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
-        steps: list[tuple[str, Callable[[], Any]]] = []
-        if self.output is not None:
-            steps += self.output.after_commit_steps(self.spark.sparkContext, commit)
-        return [*steps, self.progress.after_commit_step(commit)]
-
-    def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:
-        """Records behind per partition: its end offset (last stable) minus the committed one."""
-        return self.progress.lag(commit)
-
-    def _publish_owed(self, sc: Any) -> None:
-        """Publish the latest commit's output if this driver has not, before a later batch."""
-        if self.output is not None and self.output.publisher is not None:
-            self.start(sc)
-            self.output.publish_owed(sc, self._commit_log().latest())
+        return consumer_group(self.config)
 
     # ------------------------------------------------------------------ partitions
 

@@ -37,17 +37,17 @@ again from the previous commit, with the same processing time: the same output a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Unpack
 
 from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
 from coordinator.streaming.kafka_offsets import OffsetsBehindError, spark_batch_offsets
-from coordinator.streaming.kafka_output import KafkaOutput
 from coordinator.streaming.kafka_progress import KafkaProgress
 from coordinator.streaming.kafka_stage import run_partitioned_stage
+from coordinator.streaming.options import QueryOptions
 from coordinator.streaming.routing import check_key_columns
 from coordinator.streaming.runtime import (
     BatchReport,
@@ -61,7 +61,7 @@ from groupers import get_ssp_grouper
 from locality.spark.jvm import JvmClassesMissing, require_classes
 from locality.spark.kafka import KafkaClientConfig, KafkaPartition, as_client_config
 from locality.spark.kafka_source import source_partitions, source_ranges
-from locality.spark.state import CommitRecord, EventTime, EventTimeError, Storage
+from locality.spark.state import EventTime, EventTimeError
 from locality.spark.state.keyspace import KeySpace, key_text
 
 __all__ = [
@@ -90,45 +90,29 @@ class StatefulQuery(QueryRuntime):
         key_columns: Iterable[str],
         output_schema: Any,
         state_schema: Any,
-        sink: Callable[[Any, int], None] | None = None,
         config: JobConfig,
-        output_topic: str | None = None,
+        sink: Callable[[Any, int], None] | None = None,
         kafka: KafkaClientConfig | str | None = None,
-        output_key_column: str | None = "key",
-        output_value_column: str | None = None,
-        transactional: bool = True,
-        delivery: str = "exactly-once",
-        timeout: str = "NoTimeout",
-        storage: Storage | None = None,
-        coordinator: str = "embedded",
-        locality_wait: str | None = "30s",
-        in_force_timeout_s: float = 120.0,
         data_path: str = "pinned-shuffle",
         event_time: Any = None,
+        **options: Unpack[QueryOptions],
     ) -> None:
         if data_path not in DATA_PATHS:
             raise StreamingUsageError(f"data_path must be one of {DATA_PATHS}, got {data_path!r}")
-        watermarked = _event_time(event_time, data_path)
+        if options.get("output_topic") is not None and data_path != "pinned-shuffle":
+            raise StreamingUsageError('output_topic= needs data_path="pinned-shuffle"')
         super().__init__(
             func,
             key_columns=tuple(key_columns),
             output_schema=output_schema,
             state_schema=state_schema,
             config=config,
-            timeout=timeout,
-            storage=storage,
-            coordinator=coordinator,
-            locality_wait=locality_wait,
-            in_force_timeout_s=in_force_timeout_s,
-            event_time=watermarked,
+            sink=sink,
+            kafka=kafka,
+            event_time=_event_time(event_time, data_path),
+            **options,
         )
-        if sink is None and output_topic is None:
-            raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
-        if output_topic is not None and data_path != "pinned-shuffle":
-            raise StreamingUsageError('output_topic= needs data_path="pinned-shuffle"')
         self.data_path = data_path
-        self.sink = sink
-        self.spark_context: Any = None  # the batch's, for the steps after its commit
         self.kafka_layout = _kafka_layout(config)
         try:  # a job whose tasks own Kafka partitions needs no key space over the pinned source
             self._keys: KeySpace | str = _keyspace(config)
@@ -136,24 +120,9 @@ class StatefulQuery(QueryRuntime):
             if self.kafka_layout is None:
                 raise
             self._keys = str(exc)
-        self.output = (
-            KafkaOutput.to_topic(
-                kafka,
-                output_topic,
-                self,
-                key_column=output_key_column,
-                value_column=output_value_column,
-                transactional=transactional,
-                delivery=delivery,
-            )
-            if output_topic is not None
-            else None
-        )
-        self.progress = (
-            KafkaProgress.of(as_client_config(kafka), config, self.kafka_layout.topics)
-            if kafka is not None and self.kafka_layout is not None
-            else None
-        )
+        if kafka is not None and self.kafka_layout is not None:
+            client = as_client_config(kafka)
+            self.progress = KafkaProgress.of(client, config, self.kafka_layout.topics)
         self._partitioned: bool | None = None  # the first batch's data path (kept after)
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -163,10 +132,8 @@ class StatefulQuery(QueryRuntime):
         """Run micro-batch ``batch`` of ``df`` (see the module docstring)."""
         df = drop_heartbeats(df)  # heartbeat rows (with_heartbeat) only make the batch run
         self._check(df)
-        sc = self.spark_context = df.sparkSession.sparkContext
-        if self.output is not None:
-            self.start(sc)
-            self.output.publish_owed(sc, self._commit_log().latest())
+        sc = df.sparkSession.sparkContext
+        self.publish_owed(sc)
         partitions = self._kafka_partitions(df)
         if partitions is not None:
             self._follow_partitions(sc, partitions)
@@ -174,19 +141,7 @@ class StatefulQuery(QueryRuntime):
         begun = self.begin(sc, batch, groups)
         offsets = self._offsets(df, begun.plan) if partitions is not None else None
         stage = self._run_stage(df, begun.plan, partitions)
-        return self.finish(sc, begun, stage, self.sink, offsets=offsets)
-
-    def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
-        steps: list[tuple[str, Callable[[], Any]]] = []
-        if self.output is not None:
-            steps += self.output.after_commit_steps(self.spark_context, commit)
-        if self.progress is not None and commit.offsets:
-            steps.append(self.progress.after_commit_step(commit))
-        return steps
-
-    def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:
-        """Records behind per Kafka partition (over the pinned Kafka source, given ``kafka=``)."""
-        return self.progress.lag(commit) if self.progress is not None else {}
+        return self.finish(sc, begun, stage, offsets=offsets)
 
     def _follow_partitions(self, sc: Any, partitions: list[KafkaPartition | None]) -> None:
         """A batch reading a partition past the job config's count: the topic grew, and each

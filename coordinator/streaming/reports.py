@@ -1,6 +1,7 @@
 """What a streaming batch reports: :class:`BatchReport` (built from the stage's task results by
-:func:`batch_report`), and :func:`failure_cause`, the one line of a failed Spark job that says
-why. Imports the stage's types only."""
+:func:`batch_report`); how a query says it cannot go on (:class:`StreamingUsageError`,
+:class:`StreamingBatchError`), and :func:`failure_cause`, the one line of a failed Spark job that
+says why. Imports the stage's types only."""
 
 from __future__ import annotations
 
@@ -10,7 +11,21 @@ from dataclasses import dataclass
 from coordinator.streaming.stage import StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage
 
-__all__ = ["BatchReport", "batch_report", "failure_cause"]
+__all__ = [
+    "BatchReport",
+    "StreamingBatchError",
+    "StreamingUsageError",
+    "batch_report",
+    "failure_cause",
+]
+
+
+class StreamingUsageError(ValueError):
+    """``stateful_foreach_batch`` was given something it cannot use (the message says what)."""
+
+
+class StreamingBatchError(RuntimeError):
+    """A micro-batch failed; nothing of it was committed (Spark may run it again)."""
 
 
 @dataclass(frozen=True)

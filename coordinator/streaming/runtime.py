@@ -1,10 +1,11 @@
 """What every stateful query's driver keeps, and the two ends of each batch it runs.
 
 :class:`QueryRuntime` holds the job config, the query's store (durable checkpoints, the local
-copies' directory, the function and schemas: a :class:`QuerySpec`), the ZooKeeper connections,
-the embedded coordinator replica (``coordinator="embedded"``) and the driver member (the live
-executors as processors). A query (``stateful_foreach_batch``'s :class:`StatefulQuery`, the
-Kafka query) runs each batch as:
+copies' directory, the function and schemas: a :class:`QuerySpec`), where the output goes (the
+sink, an output topic: :mod:`coordinator.streaming.kafka_output`), the options both queries take
+(:mod:`coordinator.streaming.options`) and the ZooKeeper side (:mod:`.connections`: the commit
+log, the embedded coordinator replica, the driver member). A query (``stateful_foreach_batch``'s
+:class:`StatefulQuery`, the Kafka query) runs each batch as:
 
 1. :meth:`QueryRuntime.begin`: the batch's start (:mod:`coordinator.streaming.commits`: the
    latest commit, or for a batch id run again the commit before it; a lower batch id is refused);
@@ -28,27 +29,34 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Unpack
 
-from kazoo.client import KazooClient
 from prometheus_client import Counter
 
 from coordinator.config import JobConfig
-from coordinator.connection import client_from_config, store_from_config
 from coordinator.member.spark_driver import DriverAssignment, SparkDriverMember
 from coordinator.observability import job_logger
 from coordinator.streaming.commits import CommitLog
+from coordinator.streaming.connections import QueryConnections
 from coordinator.streaming.history import batch_entry, executor_locations, record_batch
 from coordinator.streaming.kafka_layout import KafkaLayoutError, partitions_added
-from coordinator.streaming.reports import BatchReport, batch_report, failure_cause
+from coordinator.streaming.kafka_output import KafkaOutput
+from coordinator.streaming.kafka_progress import KafkaProgress
+from coordinator.streaming.options import OutputOptions, QueryOptions, check_options
+from coordinator.streaming.reports import (
+    BatchReport,
+    StreamingBatchError,
+    StreamingUsageError,
+    batch_report,
+    failure_cause,
+)
 from coordinator.streaming.stage import BatchPlan, StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
+from locality.spark.kafka import KafkaClientConfig
 from locality.spark.state import (
     EVENT_TIME_TIMEOUT,
     TIMEOUTS,
@@ -74,14 +82,6 @@ __all__ = [
 ]
 
 
-class StreamingUsageError(ValueError):
-    """``stateful_foreach_batch`` was given something it cannot use (the message says what)."""
-
-
-class StreamingBatchError(RuntimeError):
-    """A micro-batch failed; nothing of it was committed (Spark may run it again)."""
-
-
 @dataclass(frozen=True)
 class Begun:
     """A batch begun: its plan, the model in force it follows, when it began."""
@@ -102,13 +102,14 @@ class QueryRuntime:
         output_schema: Any,
         state_schema: Any,
         config: JobConfig,
-        timeout: str,
-        storage: Storage | None,
-        coordinator: str,
-        locality_wait: str | None,
-        in_force_timeout_s: float,
+        sink: Callable[[Any, int], None] | None,
+        kafka: KafkaClientConfig | str | None,
         event_time: EventTime | None = None,
+        **options: Unpack[QueryOptions],
     ) -> None:
+        check_options(options, type(self).__name__)
+        timeout = options.get("timeout", "NoTimeout")
+        coordinator = options.get("coordinator", "embedded")
         if not key_columns or not all(isinstance(c, str) and c for c in key_columns):
             raise StreamingUsageError(f"key_columns must name columns, got {key_columns!r}")
         if timeout not in TIMEOUTS:
@@ -127,8 +128,9 @@ class QueryRuntime:
         output_fields = parse_schema(output_schema, "output_schema", any_type=True)
         self.config = config
         self.coordinator = coordinator
-        self.locality_wait = locality_wait
-        self.in_force_timeout_s = in_force_timeout_s
+        self.locality_wait = options.get("locality_wait", "30s")
+        self.in_force_timeout_s = options.get("in_force_timeout_s", 120.0)
+        storage = options.get("storage")
         self.storage = storage if storage is not None else _default_storage(config)
         self.spec = QuerySpec(
             func=func,
@@ -149,55 +151,48 @@ class QueryRuntime:
         self.log = job_logger("affinity.streaming", config.logging.level).bind(
             job=f"{config.job.name}-{config.job.id}"
         )
-        self._clients: list[KazooClient] = []
-        self._driver: SparkDriverMember | None = None
-        self._store: ZkMetadataStore | None = None
-        self._stop = threading.Event()
-        self._coordinator_thread: threading.Thread | None = None
-        self.commits: CommitLog | None = None
+        self.connections = QueryConnections(config, self.storage, coordinator, self.log)
         self._owed_locality: dict[str, str | None] = {}
+        self.sink = sink
+        self.output = self._output(kafka, options)
+        self.progress: KafkaProgress | None = None  # a Kafka input's offsets shown to Kafka
+        self.spark_context: Any = None  # the latest batch's, for the steps after its commit
+
+    def _output(
+        self, kafka: KafkaClientConfig | str | None, options: OutputOptions
+    ) -> KafkaOutput | None:
+        """The output topic (``output_topic``), if any; ``sink`` or a topic is needed."""
+        topic = options.get("output_topic")
+        if self.sink is None and topic is None:
+            raise StreamingUsageError("the output needs a place: sink=, output_topic= or both")
+        if topic is None:
+            return None
+        return KafkaOutput.to_topic(
+            kafka,
+            topic,
+            query=f"{self.config.job.name}-{self.config.job.id}",
+            columns=self.spec.output_columns,
+            storage=self.storage,
+            key_column=options.get("output_key_column", "key"),
+            value_column=options.get("output_value_column"),
+            transactional=options.get("transactional", True),
+            delivery=options.get("delivery", "exactly-once"),
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, sc: Any) -> SparkDriverMember:
         """Connect, start the embedded coordinator (if so configured) and the driver member."""
-        if self._driver is not None:
-            return self._driver
-        store = self._connect()
-        store.ensure_layout()
-        self.commits = CommitLog.open(
-            store, self.storage, f"{sc.applicationId}@{_host_pid()}", self.log
-        )
-        if self.coordinator == "embedded":
-            self._start_coordinator(sc)
-        self._store = store
-        self._driver = SparkDriverMember(
-            store.client,
-            store,
-            sc,
-            job=f"{self.config.job.name}-{self.config.job.id}",
-            log=job_logger("affinity.member", self.config.logging.level),  # logging.level
-        )
-        return self._driver
+        return self.connections.start(sc)
 
-    def _connect(self) -> ZkMetadataStore:
-        client = client_from_config(self.config)
-        self._clients.append(client)
-        return store_from_config(self.config, client)
+    @property
+    def commits(self) -> CommitLog | None:
+        """The commit log (None until the first batch, and once closed)."""
+        return self.connections.commits
 
-    def _start_coordinator(self, sc: Any) -> None:
-        # The embedded default runs a coordinator replica in the driver (DESIGN.md "Spark
-        # streaming"); the one place the member side starts the leader side.
-        from coordinator.leader.service import CoordinatorService
-
-        store = self._connect()
-        service = CoordinatorService(
-            self.config, store.client, store, identifier=f"driver-{sc.applicationId}"
-        )
-        self._coordinator_thread = threading.Thread(
-            target=service.run, args=(self._stop,), name="affinity-coordinator", daemon=True
-        )
-        self._coordinator_thread.start()
+    @property
+    def _store(self) -> ZkMetadataStore | None:
+        return self.connections.store
 
     def follow_partitions(self, sc: Any, configured: int, now: int) -> bool:
         """Whether the Kafka input grew from ``configured`` partitions to ``now``: then the job
@@ -212,36 +207,19 @@ class QueryRuntime:
         self.log.info("kafka.partitions_added", before=configured, now=now)
         inputs = [i.model_copy(update={"partitions": now}) for i in self.config.inputs]
         self.config = self.config.model_copy(update={"inputs": inputs})
-        if self._coordinator_thread is not None:  # started: again, with the grown config
-            self._stop.set()
-            self._coordinator_thread.join(10)
-            self._stop = threading.Event()
-            self._start_coordinator(sc)
+        self.connections.restart_coordinator(sc, self.config)
         return True
 
     def close(self) -> None:
         """Stop the driver member and the embedded coordinator; close the connections."""
-        if self._driver is not None:
-            with contextlib.suppress(Exception):
-                self._driver.close()
-        self._stop.set()
-        if self._coordinator_thread is not None:
-            self._coordinator_thread.join(10)
-        for client in self._clients:
-            with contextlib.suppress(Exception):
-                client.stop()
-                client.close()
-        self._driver = self._store = None
-        self.commits = None
-        self._coordinator_thread = None
-        self._clients = []
-        self._stop = threading.Event()
+        self.connections.close()
 
     # ------------------------------------------------------------------ a batch's two ends
 
     def begin(self, sc: Any, batch: int, key_groups: Mapping[str, tuple[int, ...]]) -> Begun:
         """Everything before a batch's tasks run (module docstring, step 1)."""
         began = time.perf_counter()
+        self.spark_context = sc
         driver = self.start(sc)
         commits = self._commit_log()
         start = commits.start_of(batch)
@@ -272,18 +250,13 @@ class QueryRuntime:
         return self.commits
 
     def finish(
-        self,
-        sc: Any,
-        begun: Begun,
-        stage: StageRun,
-        sink: Callable[[Any, int], None] | None,
-        offsets: Mapping[str, int] | None = None,
+        self, sc: Any, begun: Begun, stage: StageRun, offsets: Mapping[str, int] | None = None
     ) -> BatchReport:
         """Everything after a batch's tasks ran (module docstring, step 3)."""
         plan = begun.plan
         try:
-            if sink is not None:
-                sink(stage.output, plan.batch)
+            if self.sink is not None:
+                self.sink(stage.output, plan.batch)
             commit = CommitRecord.of(
                 plan.batch, stage.results, self.spec.store.max_parallelism, plan.start, offsets
             )
@@ -353,12 +326,23 @@ class QueryRuntime:
         return self._store.within(AFTER_COMMIT_ZK_BUDGET_S)
 
     def after_commit_steps(self, commit: CommitRecord) -> list[tuple[str, Callable[[], Any]]]:
-        """A query's own steps after a commit (named): none here."""
-        return []
+        """The steps after a commit the output topic and the Kafka input add (named)."""
+        steps: list[tuple[str, Callable[[], Any]]] = []
+        if self.output is not None:
+            steps += self.output.after_commit_steps(self.spark_context, commit)
+        if self.progress is not None:
+            steps.append(self.progress.after_commit_step(commit))
+        return steps
 
     def source_lag(self, commit: CommitRecord) -> Mapping[str, int]:
-        """Records behind per input partition after ``commit``: none known here."""
-        return {}
+        """Records behind per Kafka input partition after ``commit`` (none known without one)."""
+        return self.progress.lag(commit) if self.progress is not None else {}
+
+    def publish_owed(self, sc: Any) -> None:
+        """Publish the latest commit's output if this driver has not, before a later batch."""
+        if self.output is not None and self.output.publisher is not None:
+            self.start(sc)
+            self.output.publish_owed(sc, self._commit_log().latest())
 
     def _record_history(self, sc: Any, begun: Begun, stage: StageRun, commit: CommitRecord) -> None:
         version, locations = begun.assignment.version, executor_locations(self.start(sc))
@@ -406,10 +390,6 @@ AFTER_COMMIT_FAILURES = Counter(
     "Steps after a streaming batch's commit that failed and were left to the next batch",
     ["step"],
 )
-
-
-def _host_pid() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _default_storage(config: JobConfig) -> Storage:

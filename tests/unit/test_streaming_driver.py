@@ -111,3 +111,20 @@ def test_tasks_that_own_kafka_partitions_need_no_key_space_over_the_pinned_sourc
     files = [{"system": "spark", "stream": "clicks", "partitions": 12}]
     with pytest.raises(StreamingUsageError, match=r"multiple of partitions x elasticity factor"):
         handler(config(tmp_path, inputs=files, ssp_grouper=grouper))  # no Kafka: refused at once
+
+
+def test_a_misspelt_option_is_named_as_python_names_an_unknown_argument(tmp_path: Path) -> None:
+    """Both queries take their shared options through one ``TypedDict``
+    (coordinator.streaming.options), which Python does not check when called."""
+    with pytest.raises(
+        TypeError, match="StatefulQuery\\(\\) got an unexpected keyword argument 'delivry'"
+    ):
+        handler(config(tmp_path), delivry="at-least-once")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'locality'"):
+        handler(config(tmp_path), locality="30s")
+    query = handler(config(tmp_path), locality_wait="5s", in_force_timeout_s=9.0)
+    assert (query.locality_wait, query.in_force_timeout_s, query.coordinator) == (
+        "5s",
+        9.0,
+        "embedded",
+    )
