@@ -4,11 +4,16 @@ runs with no shuffle (0 shuffle bytes in Spark's status store, where the same qu
 ``format("kafka")`` shuffles), every task on the executor its job model names, state warm after
 the first batch and restored after an application restart, and every batch's output exactly the
 single-process reference of the Kafka query's tests, also through an executor killed mid-batch;
-a partition with no new records still runs its task."""
+a partition with no new records still runs its task. Spark's side of the query works as for any
+source: its progress reports and a listener see each batch and its rows, ``startingOffsets`` per
+partition and ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` are honoured (one trigger per
+produced batch)."""
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ from pyspark import cloudpickle
 from spark_app import SparkApp
 from stalls import kill_when_marked, stalls_once
 from test_kafka_query import OUTPUT, count, kafka_config, produce, reference
+from test_pinned_kafka_source import _Progress
 
 from coordinator.launchers.kafka import KafkaBroker
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
@@ -272,3 +278,91 @@ def test_kafka_to_kafka_with_no_shuffle_publishes_each_output_once(
             row = json.loads(record["value"])
             seen[row["key"], row["partition"], row["n"], row["total"]] += 1
     assert seen == Counter(row for rows in expected.values() for row in rows)
+
+
+def test_spark_progress_listeners_and_trigger_options_see_each_stateful_batch(
+    app: SparkApp,
+    kafka_broker: KafkaBroker,
+    kafka_topic: Callable[..., str],
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    """A running (processing-time) query: ``startingOffsets`` per partition skips what was
+    there before; ``minOffsetsPerTrigger`` gives one trigger per produced batch of that size
+    (fewer records wait) until ``maxTriggerDelay`` runs the rest; ``recentProgress``,
+    ``lastProgress`` and a listener report each batch with the handler's rows; the state is
+    exact and no batch shuffles."""
+    import pandas as pd
+
+    from locality.spark.kafka import end_offsets
+
+    servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
+    stream = Stream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
+    skipped = pd.DataFrame({"key": [f"old{i}" for i in range(80)], "value": ["1"] * 80})
+    write_records(servers, topic, skipped)
+    starts = {p.partition: end for p, end in end_offsets(servers, [topic]).items()}
+    assert sum(starts.values()) == 80
+    listener = _Progress()
+    assert app.session is not None
+    app.session.streams.addListener(listener)
+    clear_placement(app.session)
+    before = shuffle_bytes(app)
+    query = (
+        app.session.readStream.format(KAFKA_FORMAT)
+        .option("kafka.bootstrap.servers", servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in starts.items()}}))
+        .option("minOffsetsPerTrigger", 300)
+        .option("maxTriggerDelay", "20s")
+        .load()
+        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition")
+        .writeStream.foreachBatch(stream.handler)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+    def batches(n: int, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(stream.handler.reports) < n and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.2)
+        assert len(stream.handler.reports) == n, stream.handler.reports
+
+    try:
+        produce(kafka_broker, topic, 0, 300)
+        batches(1)
+        produce(kafka_broker, topic, 300, 300)
+        batches(2)
+        produce(kafka_broker, topic, 600, 100)  # below minOffsetsPerTrigger: waits
+        time.sleep(4)
+        assert len(stream.handler.reports) == 2
+        batches(3)  # maxTriggerDelay passed: the 100 run
+        deadline = time.monotonic() + 30  # progress is reported after the batch's commit
+        while time.monotonic() < deadline:
+            progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+            if len(progress) == 3 and len(listener.batches) >= 3:
+                break
+            time.sleep(0.2)
+        last = query.lastProgress
+    finally:
+        query.stop()
+        app.session.streams.removeListener(listener)
+        stream.handler.close()
+    assert query.awaitTermination(60)
+    reports = stream.handler.reports
+    assert [(r.batch, r.rows_in) for r in reports] == [(0, 300), (1, 300), (2, 100)]
+    assert [(p["batchId"], p["numInputRows"]) for p in progress] == [(0, 300), (1, 300), (2, 100)]
+    assert last is not None and last["sources"][0]["description"].startswith(KAFKA_FORMAT)
+    assert [b for b in listener.batches if b[1] > 0] == [(0, 300), (1, 300), (2, 100)]
+    assert all((r.tasks, r.pinned_ok) == (4, 4) for r in reports)
+    assert shuffle_bytes(app) == before
+    ends = {}
+    for p in progress:  # each batch's end offsets, and the start: the records skipped
+        ends[p["batchId"]] = {
+            f"{topic}-{k}": v for k, v in _offsets(p["sources"][0]["endOffset"]).items()
+        }
+    starting = {f"{topic}-{k}": v for k, v in starts.items()}
+    expected = reference(kafka_broker, topic, {-1: starting, **ends})
+    assert expected.pop(-1)  # the skipped records' keys (old*): in no batch's state
+    assert stream.outputs == expected
