@@ -149,6 +149,7 @@ def test_batches_run_where_their_partitions_are_read_with_no_shuffle(
         assert shuffle_bytes(app) == before
         assert (restarted.rows_in, restarted.pinned_ok, restarted.new) == (300, 4, 0)
         assert restarted.warm == 4  # each host's local copy (a new executor, the same host)
+        assert restarted.bytes_restored == 0  # nothing read back from the durable checkpoints
         assert stream.outputs == reference(kafka_broker, topic, stream.ends)  # state exact
         assert sorted(stream.outputs) == sorted(stream.ends) == list(range(len(first) + 2))
     finally:
@@ -204,6 +205,9 @@ def test_an_executor_killed_mid_batch_leaves_the_state_exact(
         hit = stream.run(KAFKA_FORMAT, tmp_path / "cp")
         armed.unlink()
         assert killed and sum(r.rows_in for r in hit) == 400
+        # the three tasks whose executor lived kept their state local (warm: no bytes read
+        # back); the killed one's retry found its host's copy or restored its state
+        assert all(r.warm >= 3 and r.warm + r.restored == 4 for r in hit)
         app.ready(exclude=tuple(killed))
 
         produce(kafka_broker, topic, 1000, 200)
@@ -212,6 +216,7 @@ def test_an_executor_killed_mid_batch_leaves_the_state_exact(
         assert shuffle_bytes(app) == before
         assert sum(r.rows_in for r in after) == 200
         assert all((r.tasks, r.pinned_ok) == (4, 4) for r in after)
+        assert all(r.warm >= 3 and r.new == 0 for r in after)
         assert stream.outputs == reference(kafka_broker, topic, stream.ends)  # state exact
     finally:
         stream.handler.close()
