@@ -134,7 +134,7 @@ class StatefulQuery(QueryRuntime):
         self._check(df)
         sc = df.sparkSession.sparkContext
         self.publish_owed(sc)
-        partitions = self._kafka_partitions(df)
+        partitions = self._kafka_partitions(df, sc)
         if partitions is not None:
             self._follow_partitions(sc, partitions)
         groups = self.keyspace.key_groups() if partitions is None else self._layout().key_groups()
@@ -162,12 +162,14 @@ class StatefulQuery(QueryRuntime):
         except OffsetsBehindError as exc:
             raise StreamingUsageError(f"batch {plan.batch}: {exc}") from None
 
-    def _kafka_partitions(self, df: Any) -> list[KafkaPartition | None] | None:
+    def _kafka_partitions(self, df: Any, sc: Any) -> list[KafkaPartition | None] | None:
         """The Kafka partition each partition of ``df`` reads, when the batch runs with no
         shuffle: the job's tasks own Kafka partitions and ``df`` is the pinned source's."""
         if self.kafka_layout is None or self.data_path != "pinned-shuffle":
             return None
         partitions = source_partitions(df)
+        if partitions is None and _no_partitions(df):  # nothing new: nothing says the source
+            return [] if self._empty_batch_partitioned(sc) else None
         partitioned = partitions is not None
         if self._partitioned is not None and partitioned != self._partitioned:
             raise StreamingUsageError(
@@ -177,6 +179,17 @@ class StatefulQuery(QueryRuntime):
             )
         self._partitioned = partitioned
         return partitions
+
+    def _empty_batch_partitioned(self, sc: Any) -> bool:
+        """Whether a batch with no partition runs as the pinned Kafka source's (every task on an
+        empty partition of its own): as this query's earlier batches did, else as the state's
+        latest commit was made (its tasks' key groups), else (no state yet) so; a first batch
+        with nothing new, as Spark runs on a topic read from its latest offsets, is one."""
+        if self._partitioned is not None:
+            return self._partitioned
+        self.start(sc)
+        latest = self._commit_log().latest()
+        return latest is None or dict(latest.key_groups) == self._layout().key_groups()
 
     @property
     def keyspace(self) -> KeySpace:
@@ -230,6 +243,11 @@ class StatefulQuery(QueryRuntime):
             raise StreamingBatchError(
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
             ) from exc
+
+
+def _no_partitions(df: Any) -> bool:
+    """Whether the batch's DataFrame has no partition (Spark planned nothing to read)."""
+    return int(df._jdf.queryExecution().toRdd().getNumPartitions()) == 0
 
 
 def _event_time(option: Any, data_path: str) -> EventTime | None:

@@ -421,13 +421,6 @@ def test_spark_progress_listeners_and_trigger_options_see_each_stateful_batch(
     assert stream.outputs == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Spark runs batch 0 at once on the start offsets (no offset log yet), with nothing "
-    "new: the pinned source's batch has no input partition, source_partitions() gives None, the "
-    "handler takes it for another source's batch and refuses the next one ('the stream changed "
-    "source within the query')",
-)
 def test_a_query_started_before_its_first_records_runs_them(
     app: SparkApp,
     kafka_broker: KafkaBroker,
