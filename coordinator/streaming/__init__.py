@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from coordinator.config import JobConfig
+from coordinator.streaming.initial_state import InitialState, InitialStateError
 from coordinator.streaming.query import StatefulQuery
 from coordinator.streaming.runtime import BatchReport, StreamingBatchError, StreamingUsageError
 from locality.spark.state.processor import ProcessorFunction
@@ -104,13 +105,11 @@ def stateful_processor_foreach_batch(
     per key, its state variables kept local on the executor its job model names
     (:mod:`locality.spark.state.processor`). ``time_mode``: ``"None"``, ``"ProcessingTime"``
     or ``"EventTime"`` (with ``event_time=(column, delay)`` in ``options``: event-time timers,
-    late rows dropped); what affinity does not run yet (``initial_state``) is refused here,
-    before the query starts. ``options`` as for :func:`stateful_foreach_batch` (``timeout``
-    excepted: timers replace it)."""
-    if initial_state is not None:
-        raise StreamingUsageError(
-            "initial_state is not supported by stateful_processor_foreach_batch yet"
-        )
+    late rows dropped). ``initial_state``: ``transformWithStateInPandas``'s ``initialState``, a
+    ``df.groupBy(columns)`` matching ``key_columns``, handed to ``handleInitialState`` per key in
+    the first batch, once (:mod:`coordinator.streaming.initial_state`); what affinity does not
+    run is refused here, before the query starts. ``options`` as for
+    :func:`stateful_foreach_batch` (``timeout`` excepted: timers replace it)."""
     if "timeout" in options:
         raise StreamingUsageError("a processor query takes no timeout: register timers instead")
     function = ProcessorFunction(processor, time_mode, options.get("event_time") is not None)
@@ -118,9 +117,17 @@ def stateful_processor_foreach_batch(
         function.check()
     except ProcessorUsageError as exc:
         raise StreamingUsageError(str(exc)) from None
+    keys = tuple(key_columns)
+    initial = None
+    if initial_state is not None:
+        try:
+            initial = InitialState.of(initial_state, keys)
+        except InitialStateError as exc:
+            raise StreamingUsageError(str(exc)) from None
     return StatefulQuery(
         function,
-        key_columns=key_columns,
+        key_columns=keys,
+        initial_state=initial,
         output_schema=output_schema,
         state_schema=_PROCESSOR_STATE,
         sink=sink,

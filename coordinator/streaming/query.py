@@ -43,6 +43,7 @@ from typing import Any
 from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
+from coordinator.streaming.initial_state import InitialState
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
 from coordinator.streaming.kafka_output import KafkaOutput
 from coordinator.streaming.kafka_stage import run_partitioned_stage
@@ -103,9 +104,12 @@ class StatefulQuery(QueryRuntime):
         in_force_timeout_s: float = 120.0,
         data_path: str = "pinned-shuffle",
         event_time: Any = None,
+        initial_state: InitialState | None = None,
     ) -> None:
         if data_path not in DATA_PATHS:
             raise StreamingUsageError(f"data_path must be one of {DATA_PATHS}, got {data_path!r}")
+        if initial_state is not None and data_path != "pinned-shuffle":
+            raise StreamingUsageError('initial_state= needs data_path="pinned-shuffle"')
         watermarked = _event_time(event_time, data_path)
         super().__init__(
             func,
@@ -125,6 +129,7 @@ class StatefulQuery(QueryRuntime):
         if output_topic is not None and data_path != "pinned-shuffle":
             raise StreamingUsageError('output_topic= needs data_path="pinned-shuffle"')
         self.data_path = data_path
+        self.initial_state = initial_state
         self.sink = sink
         self.spark_context: Any = None  # the batch's, for the steps after its commit
         self.keyspace = _keyspace(config)
@@ -191,6 +196,8 @@ class StatefulQuery(QueryRuntime):
         problem = check_key_columns(df.schema, self.key_columns)
         if problem is None and self.spec.event_time is not None:
             problem = check_event_time_column(df.schema, self.spec.event_time.column)
+        if problem is None and self.initial_state is not None:
+            problem = self.initial_state.check_keys(df.schema, self.key_columns)
         if problem is not None:
             raise StreamingUsageError(problem)
         if self.data_path == "pinned-shuffle":
@@ -203,6 +210,7 @@ class StatefulQuery(QueryRuntime):
         self, df: Any, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
     ) -> StageRun:
         deliver = self.output.deliver if self.output is not None else None
+        initial = self._initial_state(plan, partitions)
         try:
             if self.data_path == "driver":
                 return run_driver_stage(
@@ -216,7 +224,7 @@ class StatefulQuery(QueryRuntime):
                 )  # fmt: skip
             return run_pinned_stage(
                 df, self.spec, self.keyspace, plan, self.output_schema,
-                locality_wait=self.locality_wait, deliver=deliver,
+                locality_wait=self.locality_wait, deliver=deliver, initial=initial,
             )  # fmt: skip
         except KafkaLayoutError as exc:
             raise StreamingUsageError(str(exc)) from None
@@ -224,6 +232,23 @@ class StatefulQuery(QueryRuntime):
             raise StreamingBatchError(
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
             ) from exc
+
+    def _initial_state(
+        self, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
+    ) -> InitialState | None:
+        """The initial state if this batch applies it: only when it starts from no commit
+        (:mod:`coordinator.streaming.initial_state`)."""
+        if self.initial_state is None or plan.start is not None:
+            return None
+        if partitions is not None:
+            raise StreamingUsageError(
+                "initial_state= runs on the pinned shuffle: the pinned Kafka source "
+                "(format('affinity-kafka')) reads each task's partition with no shuffle"
+            )
+        self.log.info(
+            "streaming.initial_state", batch=plan.batch, columns=self.initial_state.columns
+        )
+        return self.initial_state
 
 
 def _event_time(option: Any, data_path: str) -> EventTime | None:

@@ -6,8 +6,11 @@ of :mod:`.runner` hands the batch to its :meth:`ProcessorFunction.run_task_batch
 per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
 
 1. a fresh copy of the processor (``copy.deepcopy``), ``init(handle)``;
-2. ``handleInputRows(key, iter([rows]), timerValues)`` per key with rows, keys in (key group,
-   key) order; its DataFrames are the output;
+2. per key with rows or an initial state (:attr:`TaskBatch.initial`, the query's first batch
+   only), keys in (key group, key) order: ``handleInitialState(key, initialState,
+   timerValues)`` with the key's initial-state rows (its output ignored, as Spark's), then
+   ``handleInputRows(key, iter([rows]), timerValues)`` if the key has rows; the DataFrames
+   ``handleInputRows`` yields are the output;
 3. the expired timers, all keys (also those with rows in the batch), in (expiry, key) order:
    ProcessingTime fires a timer whose expiry is at or before the batch's processing time,
    EventTime one at or before the batch's watermark (as Spark's
@@ -20,7 +23,7 @@ watermark -1 without an event-time column, as in Spark). In time mode EventTime 
 are dropped before the batch reaches here (:mod:`.eventtime`). Errors from the processor fail
 the task naming the key, as for a function (:class:`.runner.StatefulFunctionError`). What is not
 supported is refused by :meth:`ProcessorFunction.check` on the driver, before the query starts:
-``EventTime`` without an event-time column, and an initial state. Imports pandas lazily.
+``EventTime`` without an event-time column. Imports pandas lazily.
 """
 
 from __future__ import annotations
@@ -138,10 +141,7 @@ class ProcessorFunction:
         handle = StateHandle(context)
         run.guard(None, lambda: run.processor.init(handle))
         handle.in_init = False
-        for group_id, key, rows in sorted(work.rows, key=lambda r: (r[0], key_text(r[1]))):
-            context.group_id, context.key = group_id, key_text(key)
-            values = TimerValues(context.batch_time_ms, context.watermark_ms)
-            run.collect(key, partial(run.processor.handleInputRows, key, iter([rows]), values))
+        run.handle_keys(work)
         fired = run.fire_timers() if mode != "None" else 0
         run.guard(None, lambda: _close(run.processor))
         _drop_expired(context, handle.ttl_names)
@@ -181,6 +181,7 @@ class _Run:
         self.batch = batch
         self.outputs: list[pd.DataFrame] = []
         self.calls = 0
+        self.initial_keys = 0  # keys whose initial state was handled
 
     def guard(self, key: tuple[Any, ...] | None, call: Callable[[], Any]) -> Any:
         from locality.spark.state.runner import StatefulFunctionError
@@ -202,6 +203,25 @@ class _Run:
         self.outputs += self.guard(
             key, lambda: [_output_frame(f, self.spec.output_columns) for f in (call() or ())]
         )
+
+    def handle_keys(self, work: TaskBatch) -> None:
+        """Step 2 of the module docstring, per key in (key group, key) order: its initial state
+        first if the batch has one (``handleInitialState``, no output), then its rows."""
+        rows = {(g, key_text(k)): (k, frame) for g, k, frame in work.rows}
+        initial = {(g, key_text(k)): (k, frame) for g, k, frame in work.initial}
+        context = self.context
+        for group_id, text in sorted(rows.keys() | initial.keys()):
+            context.group_id, context.key = group_id, text
+            values = TimerValues(context.batch_time_ms, context.watermark_ms)
+            if (group_id, text) in initial:
+                key, state = initial[group_id, text]
+                self.guard(key, partial(_initial, self.processor, key, state, values))
+                self.initial_keys += 1
+            if (group_id, text) in rows:
+                key, frame = rows[group_id, text]
+                self.collect(
+                    key, partial(self.processor.handleInputRows, key, iter([frame]), values)
+                )
 
     def fire_timers(self) -> int:
         """Step 3 of the module docstring; the number of timers fired."""
@@ -231,6 +251,13 @@ class _Run:
             StateHandle(context).deleteTimer(expiry)
             fired += 1
         return fired
+
+
+def _initial(processor: Any, key: tuple[Any, ...], state: Any, values: TimerValues) -> None:
+    """``handleInitialState`` (a no-op when the processor has none, as pyspark's base class)."""
+    handler = getattr(processor, "handleInitialState", None)
+    if callable(handler):
+        handler(key, state, values)
 
 
 def _expired(processor: Any, key: tuple[Any, ...], values: TimerValues, info: Any) -> Any:
