@@ -55,6 +55,11 @@ class InitialState:
                 f"transformWithStateInPandas's initialState; got {type(grouped).__name__}"
             )
         frame = grouped._df
+        if frame.isStreaming:
+            raise InitialStateError(
+                "initial_state must be a batch DataFrame grouped by key, not a stream (as "
+                "Spark's initialState)"
+            )
         grouping = tuple(_grouping_columns(grouped, frame.columns))
         if len(grouping) != len(key_columns):
             raise InitialStateError(

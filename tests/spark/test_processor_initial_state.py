@@ -149,6 +149,7 @@ def test_an_initial_state_affinity_cannot_serve_is_refused_when_the_handler_is_m
             "user", "seed"
         ),
         "must be grouped by plain columns": frame.groupBy((frame.seed + 1).alias("x")),
+        "must be a batch DataFrame": session.readStream.format("rate").load().groupBy("value"),
     }
     for message, initial in refused.items():
         with pytest.raises(StreamingUsageError, match=message):

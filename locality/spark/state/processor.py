@@ -8,7 +8,8 @@ per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
 1. a fresh copy of the processor (``copy.deepcopy``), ``init(handle)``;
 2. per key with rows or an initial state (:attr:`TaskBatch.initial`, the query's first batch
    only), keys in (key group, key) order: ``handleInitialState(key, initialState,
-   timerValues)`` with the key's initial-state rows (its output ignored, as Spark's), then
+   timerValues)`` with the key's initial-state rows (its output ignored, as Spark's; with
+   the Row-based ``transformWithState``, once per row, :mod:`.processor_rows`), then
    ``handleInputRows(key, iter([rows]), timerValues)`` if the key has rows; the DataFrames
    ``handleInputRows`` yields are the output;
 3. the expired timers, all keys (also those with rows in the batch), in (expiry, key) order:
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from locality.spark.state.processor_rows import frame_of_rows, rows_of
 from locality.spark.state.processor_state import (
     TIME_MODES,
     TIMERS,
@@ -94,6 +96,7 @@ class ProcessorFunction:
     processor: Any
     time_mode: str = "None"
     watermark: bool = False  # the query has an event-time column (event_time=)
+    rows: bool = False  # pyspark's Row-based transformWithState (:mod:`.processor_rows`)
 
     def check(self) -> None:
         """Refuse, on the driver, what affinity does not run: called before the query starts
@@ -137,7 +140,7 @@ class ProcessorFunction:
         began = time.perf_counter()
         mode = time_mode_of(self.time_mode)
         context = ProcessorContext(space, mode, *_times(mode, work))
-        run = _Run(copy.deepcopy(self.processor), context, spec, work.batch)
+        run = _Run(copy.deepcopy(self.processor), context, spec, work.batch, self.rows)
         handle = StateHandle(context)
         run.guard(None, lambda: run.processor.init(handle))
         handle.in_init = False
@@ -174,8 +177,16 @@ def _close(processor: Any) -> None:
 class _Run:
     """One task batch's calls of the processor: their output, errors named by key."""
 
-    def __init__(self, processor: Any, context: ProcessorContext, spec: QuerySpec, batch: int):
+    def __init__(
+        self,
+        processor: Any,
+        context: ProcessorContext,
+        spec: QuerySpec,
+        batch: int,
+        rows: bool = False,
+    ):
         self.processor = processor
+        self.rows = rows
         self.context = context
         self.spec = spec
         self.batch = batch
@@ -200,9 +211,11 @@ class _Run:
         from locality.spark.state.runner import _output_frame
 
         self.calls += 1
-        self.outputs += self.guard(
-            key, lambda: [_output_frame(f, self.spec.output_columns) for f in (call() or ())]
-        )
+        columns = self.spec.output_columns
+        if self.rows:
+            self.outputs.append(self.guard(key, lambda: frame_of_rows(call() or (), columns)))
+            return
+        self.outputs += self.guard(key, lambda: [_output_frame(f, columns) for f in (call() or ())])
 
     def handle_keys(self, work: TaskBatch) -> None:
         """Step 2 of the module docstring, per key in (key group, key) order: its initial state
@@ -215,13 +228,13 @@ class _Run:
             values = TimerValues(context.batch_time_ms, context.watermark_ms)
             if (group_id, text) in initial:
                 key, state = initial[group_id, text]
-                self.guard(key, partial(_initial, self.processor, key, state, values))
+                for one in rows_of(state) if self.rows else [state]:  # Rows: one call per row
+                    self.guard(key, partial(_initial, self.processor, key, one, values))
                 self.initial_keys += 1
             if (group_id, text) in rows:
                 key, frame = rows[group_id, text]
-                self.collect(
-                    key, partial(self.processor.handleInputRows, key, iter([frame]), values)
-                )
+                given = iter(rows_of(frame)) if self.rows else iter([frame])
+                self.collect(key, partial(self.processor.handleInputRows, key, given, values))
 
     def fire_timers(self) -> int:
         """Step 3 of the module docstring; the number of timers fired."""
