@@ -22,6 +22,7 @@ from test_stateful_processor import (
     OUTPUT,
     Outputs,
     config_of,
+    run_affinity,
     spark_reference,
     through_failures,
     write_batches,
@@ -128,6 +129,33 @@ def test_an_initial_state_is_applied_once_as_spark_applies_it(
     outputs = through_failures(app, spark_cluster, tmp_path, source, config, seeded_handler)
     for b in range(BATCHES):
         assert outputs.batches[b] == expected[b], f"batch {b}"
+
+
+#: Spark's output for batches 0 and 1 (the test above compares all of them with Spark's run).
+FIRST = [("u0", "1|k00|0|0"), ("u1", "17|a,b,k01,k02|1|1"), ("u2", "101|c,k03|1|1")]
+SECOND = [("u0", "2|k00,k10|0|0"), ("u3", "8|d,k11|1|1")]
+
+
+def test_a_committed_first_batch_run_again_holds_the_initial_state_once(
+    app: SparkApp, zk_server: EmbeddedZooKeeper, tmp_path: Path
+) -> None:
+    source = tmp_path / "source"
+    write_batches(source, rows_of)
+    inbox, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    inbox.mkdir()
+    config = config_of(zk_server, tmp_path, root="/affinity-initial-state-again")
+    outputs = Outputs()
+    (inbox / "0000.json").write_text((source / "0000.json").read_text())
+    run_affinity(app, inbox, checkpoint, config, 0, outputs, seeded_handler)
+    assert outputs.batches[0] == FIRST
+    for name in ("0", ".0.crc"):  # Spark's commit of batch 0: Spark runs it again
+        (checkpoint / "commits" / name).unlink(missing_ok=name.startswith("."))
+    del outputs.batches[0]
+    run_affinity(app, inbox, checkpoint, config, 0, outputs, seeded_handler)
+    assert outputs.batches[0] == FIRST  # not seeded twice, nor left unseeded
+    (inbox / "0001.json").write_text((source / "0001.json").read_text())
+    run_affinity(app, inbox, checkpoint, config, 1, outputs, seeded_handler)
+    assert outputs.batches[1] == SECOND
 
 
 def test_an_initial_state_affinity_cannot_serve_is_refused_when_the_handler_is_made(
