@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from coordinator.config import JobConfig
+from coordinator.streaming.initial_state import InitialState, InitialStateError
 from coordinator.streaming.query import StatefulQuery
 from coordinator.streaming.runtime import BatchReport, StreamingBatchError, StreamingUsageError
 from locality.spark.state.processor import ProcessorFunction
@@ -83,6 +84,10 @@ def stateful_foreach_batch(
     )
 
 
+#: The processor APIs of pyspark a query may follow: pandas DataFrames in and out, or Rows
+#: (``transformWithState``: :mod:`locality.spark.state.processor_rows`).
+PROCESSOR_APIS = ("transformWithStateInPandas", "transformWithState")
+
 #: The state schema a processor's query declares to the runtime: its state variables carry
 #: their own schemas (the function path's per-key state map is not used).
 _PROCESSOR_STATE = "_processor_state long"
@@ -97,6 +102,7 @@ def stateful_processor_foreach_batch(
     sink: Callable[[Any, int], None],
     config: JobConfig,
     initial_state: Any = None,
+    api: str = "transformWithStateInPandas",
     **options: Any,
 ) -> StatefulQuery:
     """A ``foreachBatch`` handler running ``processor`` (a Spark 4 ``StatefulProcessor``, the
@@ -104,23 +110,36 @@ def stateful_processor_foreach_batch(
     per key, its state variables kept local on the executor its job model names
     (:mod:`locality.spark.state.processor`). ``time_mode``: ``"None"``, ``"ProcessingTime"``
     or ``"EventTime"`` (with ``event_time=(column, delay)`` in ``options``: event-time timers,
-    late rows dropped); what affinity does not run yet (``initial_state``) is refused here,
+    late rows dropped). ``api``: ``"transformWithStateInPandas"`` (pandas DataFrames in and out)
+    or ``"transformWithState"`` (pyspark's Row-based API: Rows in and out, the initial state one
+    Row per ``handleInitialState`` call). ``initial_state``: ``transformWithStateInPandas``'s
+    ``initialState``, a ``df.groupBy(columns)`` matching ``key_columns``, handed to
+    ``handleInitialState`` per key in the first batch, once
+    (:mod:`coordinator.streaming.initial_state`); what affinity does not run is refused here,
     before the query starts. ``options`` as for :func:`stateful_foreach_batch` (``timeout``
     excepted: timers replace it)."""
-    if initial_state is not None:
-        raise StreamingUsageError(
-            "initial_state is not supported by stateful_processor_foreach_batch yet"
-        )
     if "timeout" in options:
         raise StreamingUsageError("a processor query takes no timeout: register timers instead")
-    function = ProcessorFunction(processor, time_mode, options.get("event_time") is not None)
+    if api not in PROCESSOR_APIS:
+        raise StreamingUsageError(f"api must be one of {PROCESSOR_APIS}, got {api!r}")
+    function = ProcessorFunction(
+        processor, time_mode, options.get("event_time") is not None, api == "transformWithState"
+    )
     try:
         function.check()
     except ProcessorUsageError as exc:
         raise StreamingUsageError(str(exc)) from None
+    keys = tuple(key_columns)
+    initial = None
+    if initial_state is not None:
+        try:
+            initial = InitialState.of(initial_state, keys)
+        except InitialStateError as exc:
+            raise StreamingUsageError(str(exc)) from None
     return StatefulQuery(
         function,
-        key_columns=key_columns,
+        key_columns=keys,
+        initial_state=initial,
         output_schema=output_schema,
         state_schema=_PROCESSOR_STATE,
         sink=sink,

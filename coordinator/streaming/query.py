@@ -43,6 +43,7 @@ from typing import Any, Unpack
 from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
+from coordinator.streaming.initial_state import InitialState
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
 from coordinator.streaming.kafka_offsets import OffsetsBehindError, spark_batch_offsets
 from coordinator.streaming.kafka_progress import KafkaProgress
@@ -95,12 +96,17 @@ class StatefulQuery(QueryRuntime):
         kafka: KafkaClientConfig | str | None = None,
         data_path: str = "pinned-shuffle",
         event_time: Any = None,
+        initial_state: InitialState | None = None,
         **options: Unpack[QueryOptions],
     ) -> None:
         if data_path not in DATA_PATHS:
             raise StreamingUsageError(f"data_path must be one of {DATA_PATHS}, got {data_path!r}")
-        if options.get("output_topic") is not None and data_path != "pinned-shuffle":
-            raise StreamingUsageError('output_topic= needs data_path="pinned-shuffle"')
+        for option, given in (
+            ("output_topic", options.get("output_topic")),
+            ("initial_state", initial_state),
+        ):
+            if given is not None and data_path != "pinned-shuffle":
+                raise StreamingUsageError(f'{option}= needs data_path="pinned-shuffle"')
         super().__init__(
             func,
             key_columns=tuple(key_columns),
@@ -113,6 +119,7 @@ class StatefulQuery(QueryRuntime):
             **options,
         )
         self.data_path = data_path
+        self.initial_state = initial_state
         self.kafka_layout = _kafka_layout(config)
         try:  # a job whose tasks own Kafka partitions needs no key space over the pinned source
             self._keys: KeySpace | str = _keyspace(config)
@@ -210,6 +217,8 @@ class StatefulQuery(QueryRuntime):
         problem = check_key_columns(df.schema, self.key_columns)
         if problem is None and self.spec.event_time is not None:
             problem = check_event_time_column(df.schema, self.spec.event_time.column)
+        if problem is None and self.initial_state is not None:
+            problem = self.initial_state.check_keys(df.schema, self.key_columns)
         if problem is not None:
             raise StreamingUsageError(problem)
         if self.data_path == "pinned-shuffle":
@@ -222,6 +231,7 @@ class StatefulQuery(QueryRuntime):
         self, df: Any, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
     ) -> StageRun:
         deliver = self.output.deliver if self.output is not None else None
+        initial = self._initial_state(plan, partitions)
         try:
             if self.data_path == "driver":
                 return run_driver_stage(
@@ -235,7 +245,7 @@ class StatefulQuery(QueryRuntime):
                 )  # fmt: skip
             return run_pinned_stage(
                 df, self.spec, self.keyspace, plan, self.output_schema,
-                locality_wait=self.locality_wait, deliver=deliver,
+                locality_wait=self.locality_wait, deliver=deliver, initial=initial,
             )  # fmt: skip
         except KafkaLayoutError as exc:
             raise StreamingUsageError(str(exc)) from None
@@ -243,6 +253,23 @@ class StatefulQuery(QueryRuntime):
             raise StreamingBatchError(
                 f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
             ) from exc
+
+    def _initial_state(
+        self, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
+    ) -> InitialState | None:
+        """The initial state if this batch applies it: only when it starts from no commit
+        (:mod:`coordinator.streaming.initial_state`)."""
+        if self.initial_state is None or plan.start is not None:
+            return None
+        if partitions is not None:
+            raise StreamingUsageError(
+                "initial_state= runs on the pinned shuffle: the pinned Kafka source "
+                "(format('affinity-kafka')) reads each task's partition with no shuffle"
+            )
+        self.log.info(
+            "streaming.initial_state", batch=plan.batch, columns=self.initial_state.columns
+        )
+        return self.initial_state
 
 
 def _no_partitions(df: Any) -> bool:

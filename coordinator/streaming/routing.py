@@ -21,7 +21,12 @@ from typing import Any
 
 from locality.spark.jvm import register_key_hash
 from locality.spark.state.keyspace import KeySpace
-from locality.spark.state.pinned_task import GROUP_COLUMN, RESULT_COLUMN, TASK_COLUMN
+from locality.spark.state.pinned_task import (
+    GROUP_COLUMN,
+    INITIAL_COLUMN,
+    RESULT_COLUMN,
+    TASK_COLUMN,
+)
 
 __all__ = ["KEY_TYPES", "check_key_columns", "routed"]
 
@@ -29,7 +34,7 @@ __all__ = ["KEY_TYPES", "check_key_columns", "routed"]
 KEY_TYPES = frozenset(
     {"string", "varchar", "char", "byte", "short", "integer", "long", "boolean", "float", "double"}
 )
-_RESERVED = (TASK_COLUMN, GROUP_COLUMN, RESULT_COLUMN)
+_RESERVED = (TASK_COLUMN, GROUP_COLUMN, RESULT_COLUMN, INITIAL_COLUMN)
 
 
 def check_key_columns(schema: Any, key_columns: Sequence[str]) -> str | None:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from coordinator.streaming.initial_state import InitialState, with_initial_rows
 from coordinator.streaming.routing import routed
 from locality.spark import SparkExecutor
 from locality.spark.pinned_shuffle import pinned_shuffle
@@ -141,12 +142,17 @@ def run_pinned_stage(
     *,
     locality_wait: str | None,
     deliver: Callable[..., int] | None = None,
+    initial: InitialState | None = None,
 ) -> StageRun:
     """Run ``plan``'s batch of ``df`` as one pinned stage (see the module docstring); each task
     hands its output to ``deliver`` too (a Kafka output:
-    :mod:`coordinator.streaming.kafka_output`)."""
+    :mod:`coordinator.streaming.kafka_output`); ``initial``: an initial state whose rows go to
+    their keys' tasks with the batch's (:mod:`coordinator.streaming.initial_state`)."""
     struct, arrow_schema = stage_schemas(df.sparkSession, output_schema)
     runner = replace(task_runner(spec, plan, arrow_schema, tuple(df.columns)), deliver=deliver)
+    if initial is not None:
+        df = with_initial_rows(df, initial, spec.key_columns)
+        runner = replace(runner, initial_columns=initial.columns)
     with job_description(df.sparkSession.sparkContext, f"affinity batch {plan.batch}"):
         frame = routed(df, keyspace, spec.key_columns, plan.tasks)
         return run_stage(frame, runner, struct, plan, locality_wait=locality_wait)

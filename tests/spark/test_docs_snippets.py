@@ -30,6 +30,9 @@ EXPECTED_TWS = {
     1: [("u2", 2, 6, 1), ("u3", 1, 1, 1)],
     2: [("u1", 3, 6, 1)],
 }
+# the same with u1 seeded by the initial state (10 clicks worth 100; u9 has no clicks)
+EXPECTED_TWS_INITIAL = {**EXPECTED_TWS, 0: [("u1", 12, 105, 2), ("u2", 1, 1, 1)],
+                        2: [("u1", 13, 106, 1)]}  # fmt: skip
 # the event-time sessions': clicks and whether the session closed; batch 2's click is late
 EXPECTED_EVENT_TIME = {
     0: [("u1", 2, False), ("u2", 1, False)],
@@ -130,6 +133,39 @@ def test_a_transform_with_state_query_moves_over_as_written(
         outputs[way] = namespace["outputs"]
     assert outputs["tws-before"] == EXPECTED_TWS
     assert outputs["tws-after"] == EXPECTED_TWS
+
+
+def test_a_transform_with_state_query_with_an_initial_state_moves_over_as_written(
+    app: SparkApp,
+    zk_private_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write_clicks(tmp_path / "clicks")
+    (tmp_path / "clicks.yaml").write_text(snippet(PAGE, "clicks.yaml"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AFFINITY_ZK_CONNECT", zk_private_server.hosts)
+    monkeypatch.setenv("AFFINITY_STATE__CHECKPOINT_DIR", str(tmp_path / "durable"))
+    monkeypatch.setenv("AFFINITY_STATE__LOCAL_DIR", str(tmp_path / "local"))
+    assert app.session is not None
+    outputs = {}
+    for way in ("tws-initial-before", "tws-initial-after"):
+        namespace: dict[str, Any] = {
+            "__name__": f"docs_spark_{way}",  # not importable: classes travel by value
+            "spark": app.session,
+            "input_dir": str(tmp_path / "clicks"),
+            "cp": str(tmp_path / f"checkpoint-{way}"),
+        }
+        try:
+            run_snippets(["setup", "tws-processor", "tws-initial-processor", way], namespace)
+        finally:
+            if "handler" in namespace:
+                namespace["handler"].close()
+            for name in SPARK_CONF:
+                app.session.conf.unset(name)
+        outputs[way] = namespace["outputs"]
+    assert outputs["tws-initial-before"] == EXPECTED_TWS_INITIAL
+    assert outputs["tws-initial-after"] == EXPECTED_TWS_INITIAL
 
 
 def test_an_event_time_query_moves_over_as_written(

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +75,12 @@ def batch_rows(b: int) -> list[dict[str, str]]:
     return [{"user": f"u{(b * 5 + i) % 7}", "kind": f"k{(b + i * i) % 5}"} for i in range(12)]
 
 
-def write_batches(inbox: Path) -> None:
+def write_batches(inbox: Path, rows: Callable[[int], list[dict[str, str]]] = batch_rows) -> None:
     """One file per batch, oldest first (the file source takes them in modification order)."""
     inbox.mkdir(parents=True)
     now = time.time()
     for b in range(BATCHES):
-        lines = "".join(json.dumps(r) + "\n" for r in batch_rows(b))
+        lines = "".join(json.dumps(r) + "\n" for r in rows(b))
         path = inbox / f"{b:04d}.json"
         path.write_text(lines)
         os.utime(path, (now - 100 + b, now - 100 + b))
@@ -94,8 +94,11 @@ class Outputs:
         self.batches[int(batch)] = sorted((str(u), str(o)) for u, o in df.collect())
 
 
-def spark_reference(app: SparkApp, inbox: Path, checkpoint: Path) -> dict[int, Any]:
-    """pyspark's own transformWithStateInPandas over the files, one batch per file."""
+def spark_reference(
+    app: SparkApp, inbox: Path, checkpoint: Path, transform: Callable[[Any], Any] | None = None
+) -> dict[int, Any]:
+    """pyspark's own transformWithStateInPandas over the files, one batch per file
+    (``transform``: the stream to the operator's output; default: :class:`Activity`'s)."""
     session = app.session
     assert session is not None
     conf = {
@@ -110,8 +113,12 @@ def spark_reference(app: SparkApp, inbox: Path, checkpoint: Path) -> dict[int, A
     try:
         stream = session.readStream.schema("user string, kind string")
         frame = stream.option("maxFilesPerTrigger", 1).json(str(inbox))
-        result = frame.groupBy("user").transformWithStateInPandas(
-            Activity(), OUTPUT, "Update", "ProcessingTime"
+        result = (
+            transform(frame)
+            if transform is not None
+            else frame.groupBy("user").transformWithStateInPandas(
+                Activity(), OUTPUT, "Update", "ProcessingTime"
+            )
         )
         query = (
             result.writeStream.foreachBatch(outputs)
@@ -126,11 +133,11 @@ def spark_reference(app: SparkApp, inbox: Path, checkpoint: Path) -> dict[int, A
     return outputs.batches
 
 
-def config_of(zk: EmbeddedZooKeeper, tmp: Path) -> JobConfig:
+def config_of(zk: EmbeddedZooKeeper, tmp: Path, root: str = "/affinity-processor") -> JobConfig:
     return load_config(
         data={
             "job": {"name": "activity", "id": "1", "run_id": "r1"},
-            "zookeeper": {"connect": zk.hosts, "root": "/affinity-processor"},
+            "zookeeper": {"connect": zk.hosts, "root": root},
             "inputs": [{"system": "spark", "stream": "activity", "partitions": 3}],
             "grouper": {"name": "host-affinity"},
             "coordinator": {"debounce_ms": 100, "debounce_max_ms": 1000},
@@ -144,10 +151,12 @@ def config_of(zk: EmbeddedZooKeeper, tmp: Path) -> JobConfig:
     )
 
 
-def run_affinity(app: SparkApp, inbox: Path, checkpoint: Path, config: JobConfig, upto: int,
-                 outputs: Outputs) -> None:  # fmt: skip
-    """Affinity's query over the files until batch ``upto`` is done (then stopped)."""
-    handler = stateful_processor_foreach_batch(
+#: Makes affinity's handler in a (new) application: (session, sink, config) -> handler.
+MakeHandler = Callable[[Any, Outputs, JobConfig], Any]
+
+
+def activity_handler(session: Any, outputs: Outputs, config: JobConfig) -> Any:
+    return stateful_processor_foreach_batch(
         Activity(),
         key_columns=["user"],
         output_schema=OUTPUT,
@@ -155,8 +164,21 @@ def run_affinity(app: SparkApp, inbox: Path, checkpoint: Path, config: JobConfig
         sink=outputs,
         config=config,
     )
+
+
+def run_affinity(
+    app: SparkApp,
+    inbox: Path,
+    checkpoint: Path,
+    config: JobConfig,
+    upto: int,
+    outputs: Outputs,
+    make_handler: MakeHandler = activity_handler,
+) -> None:
+    """Affinity's query over the files until batch ``upto`` is done (then stopped)."""
     session = app.session
     assert session is not None
+    handler = make_handler(session, outputs, config)
     stream = session.readStream.schema("user string, kind string")
     frame = stream.option("maxFilesPerTrigger", 1).json(str(inbox))
     query = (
@@ -180,23 +202,35 @@ def test_a_processor_runs_as_spark_runs_it(
     assert sorted(expected) == list(range(BATCHES))
 
     config = config_of(zk_server, tmp_path)
-    outputs = Outputs()
-    inbox = tmp_path / "affinity-in"
-    inbox.mkdir()
-    checkpoint = tmp_path / "affinity-checkpoint"
+    outputs = through_failures(app, spark_cluster, tmp_path, _inbox(tmp_path, "spark"), config)
     for b in range(BATCHES):
-        (inbox / f"{b:04d}.json").write_text(
-            (_inbox(tmp_path, "spark") / f"{b:04d}.json").read_text()
-        )
+        assert outputs.batches[b] == expected[b], f"batch {b}"
+
+
+def through_failures(
+    app: SparkApp,
+    spark_cluster: StandaloneCluster,
+    tmp: Path,
+    source: Path,
+    config: JobConfig,
+    make_handler: MakeHandler = activity_handler,
+) -> Outputs:
+    """Affinity's query over ``source``'s files, one batch each, an executor killed before
+    batch 2 and the application restarted before batch 4."""
+    outputs = Outputs()
+    inbox = tmp / "affinity-in"
+    inbox.mkdir()
+    checkpoint = tmp / "affinity-checkpoint"
+    for b in range(BATCHES):
+        (inbox / f"{b:04d}.json").write_text((source / f"{b:04d}.json").read_text())
         if b == 2:  # an executor dies between batches
             victim = app.executors()[0].executor_id
             spark_cluster.kill_executor(app.app_id, victim)
         if b == 4:  # the application restarts
             app.restart()
             app.ready()
-        run_affinity(app, inbox, checkpoint, config, b, outputs)
-    for b in range(BATCHES):
-        assert outputs.batches[b] == expected[b], f"batch {b}"
+        run_affinity(app, inbox, checkpoint, config, b, outputs, make_handler)
+    return outputs
 
 
 def test_what_affinity_does_not_run_is_refused_before_the_query_starts(
@@ -208,7 +242,7 @@ def test_what_affinity_does_not_run_is_refused_before_the_query_starts(
         stateful_processor_foreach_batch(Activity(), time_mode="EventTime", sink=print, **common)
     with pytest.raises(StreamingUsageError, match="a TTL needs timeMode 'ProcessingTime'"):
         stateful_processor_foreach_batch(Activity(), sink=print, **common)
-    with pytest.raises(StreamingUsageError, match="initial_state is not supported"):
+    with pytest.raises(StreamingUsageError, match="initial_state must be a grouped DataFrame"):
         stateful_processor_foreach_batch(
             Activity(), time_mode="ProcessingTime", sink=print, initial_state=object(), **common
         )

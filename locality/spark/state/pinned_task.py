@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUP_COLUMN",
+    "INITIAL_COLUMN",
+    "INITIAL_PREFIX",
     "RESULT_COLUMN",
     "TASK_COLUMN",
     "PinnedTaskRunner",
@@ -60,6 +62,10 @@ TASK_COLUMN = "_affinity_task"
 GROUP_COLUMN = "_affinity_group"
 #: The column of the output that carries each task's result (null in output rows).
 RESULT_COLUMN = "_affinity_result"
+#: The marker of an initial-state row (true; null in the batch's rows) and the prefix of the
+#: initial state's own columns in the stage (:mod:`coordinator.streaming.initial_state`).
+INITIAL_COLUMN = "_affinity_initial"
+INITIAL_PREFIX = "_affinity_init__"
 
 
 class StaleBatchError(RuntimeError):
@@ -159,6 +165,9 @@ class PinnedTaskRunner:
     # (task, batch, output rows, attempt token) that writes them (e.g. to a Kafka topic, or kept
     # with the checkpoint to be published after the commit) before the task ends.
     deliver: Callable[[str, int, pd.DataFrame, str], int] | None = None
+    # The initial state's columns when its rows come with the batch's (INITIAL_COLUMN true,
+    # its columns under INITIAL_PREFIX): handleInitialState gets them; () without.
+    initial_columns: tuple[str, ...] = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -188,6 +197,7 @@ class PinnedTaskRunner:
         else:
             table = pa.Table.from_batches(received) if received else None
             columns = self.input_columns
+        table, initial = self._split_initial(table)
         table, event = self._event_time(table)
         rows = key_runs(table, self.spec.key_columns, columns)
         work = TaskBatch(
@@ -200,6 +210,7 @@ class PinnedTaskRunner:
             rows=tuple(rows),
             heads=self.heads,
             watermark_ms=self.watermark.current_ms if self.watermark is not None else None,
+            initial=tuple(initial),
         )
         location = SparkExecutorLocationIdProvider().location_id()
         outcome = run_task_batch(self.spec, work, location, prepare=self._output_table)
@@ -210,6 +221,21 @@ class PinnedTaskRunner:
         where = (current_executor_id(), current_executor_host(), attempt)
         result = TaskResult.of(outcome, rows_in, where, time.perf_counter() - began, event)
         yield self._result_batch(result)
+
+    def _split_initial(
+        self, table: pa.Table | None
+    ) -> tuple[pa.Table | None, list[tuple[int, tuple[Any, ...], pd.DataFrame]]]:
+        """The batch's rows, and the initial state's per key (with its own column names)."""
+        import pyarrow.compute as pc
+
+        if not self.initial_columns or table is None:
+            return table, []
+        marked = pc.fill_null(table.column(INITIAL_COLUMN), False)
+        prefixed = [INITIAL_PREFIX + c for c in self.initial_columns]
+        runs = key_runs(table.filter(marked), self.spec.key_columns, prefixed)
+        for _, _, frame in runs:
+            frame.columns = list(self.initial_columns)
+        return table.filter(pc.invert(marked)), runs
 
     def _event_time(self, table: pa.Table | None) -> tuple[pa.Table | None, tuple[int | None, int]]:
         """The task's rows without the late ones if the operator drops them, and (the largest

@@ -6,8 +6,12 @@ of :mod:`.runner` hands the batch to its :meth:`ProcessorFunction.run_task_batch
 per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
 
 1. a fresh copy of the processor (``copy.deepcopy``), ``init(handle)``;
-2. ``handleInputRows(key, iter([rows]), timerValues)`` per key with rows, keys in (key group,
-   key) order; its DataFrames are the output;
+2. per key with rows or an initial state (:attr:`TaskBatch.initial`, the query's first batch
+   only), keys in (key group, key) order: ``handleInitialState(key, initialState,
+   timerValues)`` with the key's initial-state rows (its output ignored, as Spark's; with
+   the Row-based ``transformWithState``, once per row, :mod:`.processor_rows`), then
+   ``handleInputRows(key, iter([rows]), timerValues)`` if the key has rows; the DataFrames
+   ``handleInputRows`` yields are the output;
 3. the expired timers, all keys (also those with rows in the batch), in (expiry, key) order:
    ProcessingTime fires a timer whose expiry is at or before the batch's processing time,
    EventTime one at or before the batch's watermark (as Spark's
@@ -20,7 +24,7 @@ watermark -1 without an event-time column, as in Spark). In time mode EventTime 
 are dropped before the batch reaches here (:mod:`.eventtime`). Errors from the processor fail
 the task naming the key, as for a function (:class:`.runner.StatefulFunctionError`). What is not
 supported is refused by :meth:`ProcessorFunction.check` on the driver, before the query starts:
-``EventTime`` without an event-time column, and an initial state. Imports pandas lazily.
+``EventTime`` without an event-time column. Imports pandas lazily.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from locality.spark.state.processor_rows import frame_of_rows, rows_of
 from locality.spark.state.processor_state import (
     TIME_MODES,
     TIMERS,
@@ -91,6 +96,7 @@ class ProcessorFunction:
     processor: Any
     time_mode: str = "None"
     watermark: bool = False  # the query has an event-time column (event_time=)
+    rows: bool = False  # pyspark's Row-based transformWithState (:mod:`.processor_rows`)
 
     def check(self) -> None:
         """Refuse, on the driver, what affinity does not run: called before the query starts
@@ -134,14 +140,11 @@ class ProcessorFunction:
         began = time.perf_counter()
         mode = time_mode_of(self.time_mode)
         context = ProcessorContext(space, mode, *_times(mode, work))
-        run = _Run(copy.deepcopy(self.processor), context, spec, work.batch)
+        run = _Run(copy.deepcopy(self.processor), context, spec, work.batch, self.rows)
         handle = StateHandle(context)
         run.guard(None, lambda: run.processor.init(handle))
         handle.in_init = False
-        for group_id, key, rows in sorted(work.rows, key=lambda r: (r[0], key_text(r[1]))):
-            context.group_id, context.key = group_id, key_text(key)
-            values = TimerValues(context.batch_time_ms, context.watermark_ms)
-            run.collect(key, partial(run.processor.handleInputRows, key, iter([rows]), values))
+        run.handle_keys(work)
         fired = run.fire_timers() if mode != "None" else 0
         run.guard(None, lambda: _close(run.processor))
         _drop_expired(context, handle.ttl_names)
@@ -174,13 +177,22 @@ def _close(processor: Any) -> None:
 class _Run:
     """One task batch's calls of the processor: their output, errors named by key."""
 
-    def __init__(self, processor: Any, context: ProcessorContext, spec: QuerySpec, batch: int):
+    def __init__(
+        self,
+        processor: Any,
+        context: ProcessorContext,
+        spec: QuerySpec,
+        batch: int,
+        rows: bool = False,
+    ):
         self.processor = processor
+        self.rows = rows
         self.context = context
         self.spec = spec
         self.batch = batch
         self.outputs: list[pd.DataFrame] = []
         self.calls = 0
+        self.initial_keys = 0  # keys whose initial state was handled
 
     def guard(self, key: tuple[Any, ...] | None, call: Callable[[], Any]) -> Any:
         from locality.spark.state.runner import StatefulFunctionError
@@ -199,9 +211,30 @@ class _Run:
         from locality.spark.state.runner import _output_frame
 
         self.calls += 1
-        self.outputs += self.guard(
-            key, lambda: [_output_frame(f, self.spec.output_columns) for f in (call() or ())]
-        )
+        columns = self.spec.output_columns
+        if self.rows:
+            self.outputs.append(self.guard(key, lambda: frame_of_rows(call() or (), columns)))
+            return
+        self.outputs += self.guard(key, lambda: [_output_frame(f, columns) for f in (call() or ())])
+
+    def handle_keys(self, work: TaskBatch) -> None:
+        """Step 2 of the module docstring, per key in (key group, key) order: its initial state
+        first if the batch has one (``handleInitialState``, no output), then its rows."""
+        rows = {(g, key_text(k)): (k, frame) for g, k, frame in work.rows}
+        initial = {(g, key_text(k)): (k, frame) for g, k, frame in work.initial}
+        context = self.context
+        for group_id, text in sorted(rows.keys() | initial.keys()):
+            context.group_id, context.key = group_id, text
+            values = TimerValues(context.batch_time_ms, context.watermark_ms)
+            if (group_id, text) in initial:
+                key, state = initial[group_id, text]
+                for one in rows_of(state) if self.rows else [state]:  # Rows: one call per row
+                    self.guard(key, partial(_initial, self.processor, key, one, values))
+                self.initial_keys += 1
+            if (group_id, text) in rows:
+                key, frame = rows[group_id, text]
+                given = iter(rows_of(frame)) if self.rows else iter([frame])
+                self.collect(key, partial(self.processor.handleInputRows, key, given, values))
 
     def fire_timers(self) -> int:
         """Step 3 of the module docstring; the number of timers fired."""
@@ -231,6 +264,13 @@ class _Run:
             StateHandle(context).deleteTimer(expiry)
             fired += 1
         return fired
+
+
+def _initial(processor: Any, key: tuple[Any, ...], state: Any, values: TimerValues) -> None:
+    """``handleInitialState`` (a no-op when the processor has none, as pyspark's base class)."""
+    handler = getattr(processor, "handleInitialState", None)
+    if callable(handler):
+        handler(key, state, values)
 
 
 def _expired(processor: Any, key: tuple[Any, ...], values: TimerValues, info: Any) -> Any:

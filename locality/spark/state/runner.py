@@ -100,6 +100,8 @@ class TaskBatch:
     rows: tuple[tuple[int, tuple[Any, ...], pd.DataFrame], ...]
     heads: Mapping[int, str] | None = None  # the start commit's chain heads (None: format 1)
     watermark_ms: int | None = None  # the batch's event-time watermark (None: no event time)
+    # The initial state's rows per key, as ``rows`` (a processor's first batch only; else ()).
+    initial: tuple[tuple[int, tuple[Any, ...], pd.DataFrame], ...] = ()
 
     @property
     def start(self) -> StartPoint:
