@@ -8,9 +8,11 @@ job model names. Nothing of the batch passes through the driver.
    task index and the key group of each row;
 2. **shuffle, pinned** (:func:`locality.spark.pinned_shuffle.pinned_shuffle`): partition i holds
    task i's rows and prefers task i's executor;
-3. **run**: ``mapInArrow`` of :class:`locality.spark.state.pinned_task.PinnedTaskRunner` (narrow:
-   the pin holds): per task, its state opened, the function called per key, the batch
-   checkpointed; it yields its output rows and one row with its :class:`TaskResult`;
+3. **run**: the partitions sorted by key group and key (Spark's sort, which spills to disk),
+   then ``mapInArrow`` of :class:`locality.spark.state.pinned_task.PinnedTaskRunner` (both
+   narrow: the pin holds): per task, its state opened, the function called per key as the rows
+   stream in, the batch checkpointed; it yields its output rows and one row with its
+   :class:`TaskResult`;
 4. **materialise once**: the stage's output is persisted on the executors, and one action
    (under the locality wait) collects only the result rows: one per task, the checkpoint tokens
    the commit needs.
@@ -36,6 +38,7 @@ from locality.spark.pinning import LocalityWait, PinnedRun, job_description, pin
 from locality.spark.state import CommitRecord, QuerySpec, Watermark
 from locality.spark.state.keyspace import KeySpace
 from locality.spark.state.pinned_task import (
+    GROUP_COLUMN,
     RESULT_COLUMN,
     TASK_COLUMN,
     PinnedTaskRunner,
@@ -43,14 +46,20 @@ from locality.spark.state.pinned_task import (
 )
 
 __all__ = [
+    "IN_MEMORY_CONF",
     "BatchPlan",
     "StageRun",
     "run_pinned_stage",
     "run_placed",
     "run_stage",
+    "sorted_by_key",
     "stage_schemas",
     "task_runner",
 ]
+
+#: A Spark conf: "true" runs each task over its whole partition in one table, sorted in Python
+#: (the way before the sort in Spark; memory grows with the batch), to compare the two.
+IN_MEMORY_CONF = "spark.affinity.task.inMemory"
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,23 @@ def run_stage(
     )
 
 
+def sorted_by_key(frame: Any, key_columns: Sequence[str]) -> Any:
+    """``frame`` sorted within each partition by key group and key, a floating-point key's NaN
+    as null (one key: :mod:`locality.spark.state.keyruns`). Spark's sort spills to disk; it is
+    narrow, so a pinned partition keeps its place and nothing is shuffled."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, FloatType
+
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    order = [F.col(GROUP_COLUMN)]
+    for name in key_columns:
+        column = F.col(f"`{name.replace('`', '``')}`")
+        if isinstance(types[name], DoubleType | FloatType):
+            column = F.when(F.isnan(column), F.lit(None)).otherwise(column)
+        order.append(column)
+    return frame.sortWithinPartitions(*order)
+
+
 def run_placed(
     frame: Any,
     runner: PinnedTaskRunner,
@@ -180,11 +206,19 @@ def run_placed(
     locality_wait: str | None,
 ) -> StageRun:
     """``runner`` over each partition of ``frame`` (partition i: task ``runner.tasks[i]``, pinned
-    already), its output persisted, the results collected (steps 3 and 4)."""
+    already), its output persisted, the results collected (steps 3 and 4). The partitions are
+    sorted by key group and key first (:func:`sorted_by_key`), so a task's rows stream through
+    its Python worker key by key; not with :data:`IN_MEMORY_CONF` set to true (a task reads its
+    whole partition into one table, the way before, to measure it), nor for a runner with its
+    own ``source``."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     sc = frame.sparkSession.sparkContext
+    if runner.source is None:
+        in_memory = frame.sparkSession.conf.get(IN_MEMORY_CONF, "false").lower() == "true"
+        runner = replace(runner, in_memory=in_memory)
+        frame = frame if in_memory else sorted_by_key(frame, runner.spec.key_columns)
     out = frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with LocalityWait(sc, locality_wait):

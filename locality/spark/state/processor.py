@@ -1,8 +1,8 @@
 """A Spark 4 ``StatefulProcessor`` (``transformWithStateInPandas``) run per task of the pinned
 stage, its state in the task's object space (:mod:`.processor_state`).
 
-:class:`ProcessorFunction` is the ``QuerySpec.func`` of such a query; :func:`run_task_batch`
-of :mod:`.runner` hands the batch to its :meth:`ProcessorFunction.run_task_batch`, which does
+:class:`ProcessorFunction` is the ``QuerySpec.func`` of such a query; :func:`task_steps`
+of :mod:`.runner` hands the batch to its :meth:`ProcessorFunction.task_steps`, which does
 per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
 
 1. a fresh copy of the processor (``copy.deepcopy``), ``init(handle)``;
@@ -47,7 +47,7 @@ from locality.spark.state.store import open_task_state
 if TYPE_CHECKING:
     import pandas as pd
 
-    from locality.spark.state.runner import QuerySpec, TaskBatch, TaskOutcome
+    from locality.spark.state.runner import QuerySpec, TaskBatch, TaskSteps
 
 __all__ = ["ExpiredTimerInfo", "ProcessorFunction", "TimerValues", "time_mode_of", "timer_due"]
 
@@ -116,17 +116,12 @@ class ProcessorFunction:
         _close(processor)
 
     def __call__(self, *args: Any) -> Iterator[Any]:
-        raise TypeError("a ProcessorFunction runs whole task batches (run_task_batch)")
+        raise TypeError("a ProcessorFunction runs whole task batches (task_steps)")
 
-    def run_task_batch(
-        self,
-        spec: QuerySpec,
-        work: TaskBatch,
-        location: str,
-        prepare: Callable[[pd.DataFrame], Any] | None = None,
-    ) -> TaskOutcome:
-        """One task's micro-batch (module docstring): the same result shape as a function's."""
-        from locality.spark.state.runner import finish_task_batch
+    def task_steps(self, spec: QuerySpec, work: TaskBatch, location: str) -> TaskSteps:
+        """One task's micro-batch (module docstring), output frame by output frame, as a
+        function's (:func:`locality.spark.state.runner.task_steps`)."""
+        from locality.spark.state.runner import Ran, ordered_rows
 
         space, opened = open_task_state(
             spec.store, work.task, work.key_groups, work.start, location
@@ -138,17 +133,17 @@ class ProcessorFunction:
         handle = StateHandle(context)
         run.guard(None, lambda: run.processor.init(handle))
         handle.in_init = False
-        for group_id, key, rows in sorted(work.rows, key=lambda r: (r[0], key_text(r[1]))):
+        yield from run.taken()
+        for group_id, key, rows in ordered_rows(work.rows):
             context.group_id, context.key = group_id, key_text(key)
             values = TimerValues(context.batch_time_ms, context.watermark_ms)
             run.collect(key, partial(run.processor.handleInputRows, key, iter([rows]), values))
+            yield from run.taken()
         fired = run.fire_timers() if mode != "None" else 0
         run.guard(None, lambda: _close(run.processor))
+        yield from run.taken()
         _drop_expired(context, handle.ttl_names)
-        called = (run.calls, fired)
-        return finish_task_batch(
-            spec, work, location, (space, opened, began), run.outputs, called, prepare
-        )
+        return Ran((space, opened, began), (run.calls, fired))
 
 
 def _times(mode: str, work: TaskBatch) -> tuple[int, int]:
@@ -194,6 +189,11 @@ class _Run:
             raise StatefulFunctionError(
                 f"{where}: the stateful processor raised {type(exc).__name__}: {exc}"
             ) from exc
+
+    def taken(self) -> list[pd.DataFrame]:
+        """The output frames collected since the last call."""
+        frames, self.outputs = self.outputs, []
+        return frames
 
     def collect(self, key: tuple[Any, ...], call: Callable[[], Iterable[Any] | None]) -> None:
         from locality.spark.state.runner import _output_frame
