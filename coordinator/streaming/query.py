@@ -38,6 +38,7 @@ again from the previous commit, with the same processing time: the same output a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, Unpack
 
 from coordinator.config import JobConfig
@@ -131,6 +132,7 @@ class StatefulQuery(QueryRuntime):
             client = as_client_config(kafka)
             self.progress = KafkaProgress.of(client, config, self.kafka_layout.topics)
         self._partitioned: bool | None = None  # the first batch's data path (kept after)
+        self._largest_task: int | None = None  # rows of the previous batch's largest task
 
     def __call__(self, df: Any, batch_id: int) -> None:
         self.run_batch(df, int(batch_id))
@@ -147,8 +149,20 @@ class StatefulQuery(QueryRuntime):
         groups = self.keyspace.key_groups() if partitions is None else self._layout().key_groups()
         begun = self.begin(sc, batch, groups)
         offsets = self._offsets(df, begun.plan) if partitions is not None else None
-        stage = self._run_stage(df, begun.plan, partitions)
+        plan = replace(begun.plan, task_rows=self._task_rows(df, partitions))
+        stage = self._run_stage(df, plan, partitions)
+        self._largest_task = max((r.rows_in for r in stage.results.values()), default=0)
         return self.finish(sc, begun, stage, offsets=offsets)
+
+    def _task_rows(self, df: Any, partitions: list[KafkaPartition | None] | None) -> int | None:
+        """The most rows a task may read in the batch: over the pinned Kafka source its
+        partition's records in the batch (Spark's plan); else the largest task of the previous
+        batch (None: none yet). A task may read more than ``spark.affinity.task.streamRows``
+        streams them (:func:`coordinator.streaming.stage.run_placed`)."""
+        if partitions is None:
+            return self._largest_task
+        ranges = source_ranges(df) or {}
+        return max((until - start for start, until in ranges.values()), default=0)
 
     def _follow_partitions(self, sc: Any, partitions: list[KafkaPartition | None]) -> None:
         """A batch reading a partition past the job config's count: the topic grew, and each

@@ -8,9 +8,11 @@ job model names. Nothing of the batch passes through the driver.
    task index and the key group of each row;
 2. **shuffle, pinned** (:func:`locality.spark.pinned_shuffle.pinned_shuffle`): partition i holds
    task i's rows and prefers task i's executor;
-3. **run**: ``mapInArrow`` of :class:`locality.spark.state.pinned_task.PinnedTaskRunner` (narrow:
-   the pin holds): per task, its state opened, the function called per key, the batch
-   checkpointed; it yields its output rows and one row with its :class:`TaskResult`;
+3. **run**: the partitions sorted by key group and key (Spark's sort, which spills to disk),
+   then ``mapInArrow`` of :class:`locality.spark.state.pinned_task.PinnedTaskRunner` (both
+   narrow: the pin holds): per task, its state opened, the function called per key as the rows
+   stream in, the batch checkpointed; it yields its output rows and one row with its
+   :class:`TaskResult`;
 4. **materialise once**: the stage's output is persisted on the executors, and one action
    (under the locality wait) collects only the result rows: one per task, the checkpoint tokens
    the commit needs.
@@ -37,6 +39,7 @@ from locality.spark.pinning import LocalityWait, PinnedRun, job_description, pin
 from locality.spark.state import CommitRecord, QuerySpec, Watermark
 from locality.spark.state.keyspace import KeySpace
 from locality.spark.state.pinned_task import (
+    GROUP_COLUMN,
     RESULT_COLUMN,
     TASK_COLUMN,
     PinnedTaskRunner,
@@ -44,14 +47,30 @@ from locality.spark.state.pinned_task import (
 )
 
 __all__ = [
+    "STREAM_ROWS_CONF",
     "BatchPlan",
     "StageRun",
     "run_pinned_stage",
     "run_placed",
     "run_stage",
+    "sorted_by_key",
     "stage_schemas",
     "task_runner",
 ]
+
+#: A Spark conf: the rows a task may read in one table (sorted in its Python worker: fast, its
+#: memory grows with them); a batch whose tasks may read more, or an unknown number, streams them
+#: (Spark sorts each partition, which spills; the worker holds a key's rows at a time). 0: every
+#: batch streams.
+STREAM_ROWS_CONF = "spark.affinity.task.streamRows"
+#: Its default.
+STREAM_ROWS = 1_000_000
+
+
+def streams_rows(task_rows: int | None, threshold: int) -> bool:
+    """Whether a batch's tasks stream their rows, when a task may read ``task_rows`` (None:
+    nothing says how many) and ``threshold`` is :data:`STREAM_ROWS_CONF`."""
+    return task_rows is None or task_rows > threshold
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,7 @@ class BatchPlan:
     executors: Sequence[SparkExecutor]  # live when the batch started
     epoch: int = 0  # the driver epoch running it (its commit record carries it)
     watermark: Watermark | None = None  # from the start commit (None: no event-time column)
+    task_rows: int | None = None  # the most rows a task may read (None: unknown)
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -175,6 +195,23 @@ def run_stage(
     )
 
 
+def sorted_by_key(frame: Any, key_columns: Sequence[str]) -> Any:
+    """``frame`` sorted within each partition by key group and key, a floating-point key's NaN
+    as null (one key: :mod:`locality.spark.state.keyruns`). Spark's sort spills to disk; it is
+    narrow, so a pinned partition keeps its place and nothing is shuffled."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType, FloatType
+
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    order = [F.col(GROUP_COLUMN)]
+    for name in key_columns:
+        column = F.col(f"`{name.replace('`', '``')}`")
+        if isinstance(types[name], DoubleType | FloatType):
+            column = F.when(F.isnan(column), F.lit(None)).otherwise(column)
+        order.append(column)
+    return frame.sortWithinPartitions(*order)
+
+
 def run_placed(
     frame: Any,
     runner: PinnedTaskRunner,
@@ -186,11 +223,20 @@ def run_placed(
     locality_wait: str | None,
 ) -> StageRun:
     """``runner`` over each partition of ``frame`` (partition i: task ``runner.tasks[i]``, pinned
-    already), its output persisted, the results collected (steps 3 and 4)."""
+    already), its output persisted, the results collected (steps 3 and 4). When a task may read
+    more rows than :data:`STREAM_ROWS_CONF` (``plan.task_rows``; unknown: so), the partitions are
+    sorted by key group and key first (:func:`sorted_by_key`) and a task's rows stream through
+    its Python worker key by key; else each task reads its partition in one table. A runner with
+    its own ``source`` reads that."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     sc = frame.sparkSession.sparkContext
+    if runner.source is None:
+        threshold = int(frame.sparkSession.conf.get(STREAM_ROWS_CONF, str(STREAM_ROWS)))
+        in_memory = not streams_rows(plan.task_rows, threshold)
+        runner = replace(runner, in_memory=in_memory)
+        frame = frame if in_memory else sorted_by_key(frame, runner.spec.key_columns)
     out = frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with LocalityWait(sc, locality_wait):

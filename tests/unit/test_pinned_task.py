@@ -28,6 +28,7 @@ from locality.spark.state import (
     write_pending,
 )
 from locality.spark.state.durable import commit_exists, pin_pending_ranges
+from locality.spark.state.keyruns import sort_rows
 from locality.spark.state.keyspace import key_text
 from locality.spark.state.pinned_task import (
     GROUP_COLUMN,
@@ -156,7 +157,7 @@ def _input(keys: list[str]) -> list[pa.RecordBatch]:
             GROUP_COLUMN: pa.array([len(k) % 4 for k in keys], pa.int64()),
         }
     )
-    return table.to_batches(max_chunksize=2)
+    return sort_rows(table, ("k",)).to_batches(max_chunksize=2)  # sorted, as Spark sorts them
 
 
 def _run(runner: PinnedTaskRunner, keys: list[str]) -> tuple[list[tuple[Any, ...]], TaskResult]:

@@ -98,7 +98,11 @@ def in_bucket(
 
 @dataclass(frozen=True)
 class KafkaTaskInput:
-    """The ``source`` of a Kafka query's pinned tasks: task -> its records of the batch."""
+    """The ``source`` of a Kafka query's pinned tasks: task -> its records of the batch, read
+    whole into one table (the runner sorts it by key in memory, so this path's executor memory
+    grows with the batch: the records come from the broker in offset order, not by key, and
+    only a sort that spills could bound it; ``readStream.format("affinity-kafka")`` into
+    ``stateful_foreach_batch`` has Spark's sort do that)."""
 
     client: KafkaClientConfig
     ranges: Mapping[str, tuple[OffsetRange, ...]]  # task -> its partition of every input topic

@@ -1,45 +1,64 @@
 """Executor side of the pinned shuffle: one shuffle partition is one task's micro-batch, Arrow
-in and Arrow out (the function ``mapInArrow`` runs).
+in and Arrow out (the function ``mapInArrow`` runs), in memory bounded by the Arrow batch, not
+by the partition.
 
 Partition i of the pinned shuffle holds the rows of task ``tasks[i]``, each with its key group
-(``_affinity_group``, computed on the executors before the shuffle). :class:`PinnedTaskRunner`:
+(``_affinity_group``, computed on the executors before the shuffle), sorted by key group and
+key by Spark before the task (``sortWithinPartitions``, which spills to disk; narrow, so the pin
+holds: :func:`coordinator.streaming.stage.run_placed`). :class:`PinnedTaskRunner`:
 
-1. reads the partition's Arrow batches; with an event-time column, notes the largest event time
-   and drops the late rows when the operator drops them (:mod:`.eventtime`); sorts the rows by
-   key group and key, and cuts them into one run per key (nulls and NaN are the same key, as in
-   the key's JSON text);
+1. reads the partition's Arrow batches one by one; with an event-time column, notes the largest
+   event time and drops the late rows when the operator drops them (:mod:`.task_stream`); cuts
+   them into one run per key as they come, a run going on into the next batch carried over
+   (:mod:`.keyruns`: nulls and NaN are the same key, as in the key's JSON text);
 2. runs the task's batch as :func:`locality.spark.state.runner.run_task_batch` does (state from
-   memory, the host's local copy or a restore; the function per key; timeouts; a checkpoint);
-3. yields the output rows as Arrow batches of the output schema, then one row more carrying the
-   task's :class:`TaskResult` as JSON in the column ``_affinity_result`` (null in output rows):
-   its checkpoint, its largest event time and late rows dropped. The driver collects only those
-   rows: one per task (the next watermark is computed from them, never from the batch's rows).
+   memory, the host's local copy or a restore; the function per key as its rows arrive;
+   timeouts), then checkpoints it;
+3. yields the output rows as Arrow batches of the output schema while the function produces
+   them (every ~10,000 rows), then one row more carrying the task's :class:`TaskResult` as JSON
+   in the column ``_affinity_result`` (null in output rows): its checkpoint, its largest event
+   time and late rows dropped. The driver collects only those rows: one per task (the next
+   watermark is computed from them, never from the batch's rows).
 
-The output is checked against the output schema (each column converted to its Arrow type)
-*before* anything is checkpointed or delivered: output that does not fit fails the task naming
-the column, the expected and the found type, and nothing of it is written anywhere. It refuses
-to run a batch this driver committed already (a DataFrame handed to the sink, used again after
-the commit, would otherwise do the batch's work again). Imports pandas and pyarrow lazily (they
-are on the executors for ``mapInArrow``).
+Every output chunk is checked against the output schema (each column converted to its Arrow
+type) as it is produced, and the checkpoint and the delivery (``deliver``, a Kafka output) come
+only after the last: output that does not fit fails the task naming the column, the expected
+and the found type, and nothing of the batch is checkpointed or delivered. Output batches
+yielded before a failure go nowhere: Spark keeps a task's output only when the task succeeds
+(the stage's output is persisted block by block, a failed task's block is discarded and the
+task run again). It refuses to run a batch this driver committed already (a DataFrame handed to
+the sink, used again after the commit, would otherwise do the batch's work again). A task whose
+rows it reads itself (``source``: the Kafka query's records) or ``in_memory`` (the way before
+the JVM sort, kept to measure it) sorts its whole partition in memory. Imports pandas and
+pyarrow lazily (they are on the executors for ``mapInArrow``).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from locality.spark.state.durable import commit_exists
-from locality.spark.state.eventtime import Watermark, drop_late, scan
+from locality.spark.state.eventtime import Watermark
+from locality.spark.state.keyruns import (
+    GROUP_COLUMN,
+    KeyRun,
+    key_runs,
+    sort_rows,
+    stream_key_runs,
+)
 from locality.spark.state.runner import (
     QuerySpec,
     StatefulFunctionError,
     TaskBatch,
     TaskOutcome,
-    run_task_batch,
+    finish_task_batch,
+    task_steps,
 )
+from locality.spark.state.task_stream import CheckedOutput, CountedRuns, EventScan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,7 +78,6 @@ __all__ = [
 
 #: The columns the driver adds before the shuffle: the task's index, the key group.
 TASK_COLUMN = "_affinity_task"
-GROUP_COLUMN = "_affinity_group"
 #: The column of the output that carries each task's result (null in output rows).
 RESULT_COLUMN = "_affinity_result"
 #: The marker of an initial-state row (true; null in the batch's rows) and the prefix of the
@@ -118,8 +136,10 @@ class TaskResult:
         where: tuple[str | None, str | None, int],
         seconds: float,
         event: tuple[int | None, int] = (None, 0),
+        rows_out: int | None = None,
     ) -> TaskResult:
-        """``event``: (the largest event time read, late rows dropped)."""
+        """``event``: (the largest event time read, late rows dropped); ``rows_out``: the output
+        rows (None: the outcome's output, all of it)."""
         executor_id, host, attempt = where
         return cls(
             task=outcome.task,
@@ -131,7 +151,7 @@ class TaskResult:
             keys_called=outcome.keys_called,
             timed_out=outcome.timed_out,
             rows_in=rows_in,
-            rows_out=len(outcome.output),
+            rows_out=len(outcome.output) if rows_out is None else rows_out,
             executor_id=executor_id,
             host=host,
             attempt=attempt,
@@ -166,11 +186,14 @@ class PinnedTaskRunner:
     # with the checkpoint to be published after the commit) before the task ends.
     deliver: Callable[[str, int, pd.DataFrame, str], int] | None = None
     # The initial state's columns when its rows come with the batch's (INITIAL_COLUMN true,
-    # its columns under INITIAL_PREFIX): handleInitialState gets them; () without.
+    # its columns under INITIAL_PREFIX): handleInitialState gets them; () without. A batch with
+    # them reads its partition in one table (the initial state's rows are split off first).
     initial_columns: tuple[str, ...] = ()
+    # The partition's rows read into one table and sorted here, not streamed as Spark sorted
+    # them (a task expected to read few rows: :func:`coordinator.streaming.stage.run_placed`).
+    in_memory: bool = False
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
         from pyspark import TaskContext
 
         from locality.spark.provider import (
@@ -189,17 +212,11 @@ class PinnedTaskRunner:
                 f"batch {self.batch} is committed already: a DataFrame given to the sink is "
                 "valid only during the sink call (its rows were computed for that call)"
             )
-        received = list(batches)
-        table: pa.Table | None
-        if self.source is not None:
-            table = self.source(task)
-            columns = tuple(c for c in table.column_names if c not in (GROUP_COLUMN, TASK_COLUMN))
-        else:
-            table = pa.Table.from_batches(received) if received else None
-            columns = self.input_columns
-        table, initial = self._split_initial(table)
-        table, event = self._event_time(table)
-        rows = key_runs(table, self.spec.key_columns, columns)
+        incoming, columns, initial = self._incoming(task, batches)
+        events = EventScan(self.spec, self.watermark)
+        runs = CountedRuns(
+            stream_key_runs(events.filtered(incoming), self.spec.key_columns, columns)
+        )
         work = TaskBatch(
             task=task,
             batch=self.batch,
@@ -207,28 +224,54 @@ class PinnedTaskRunner:
             token=self.tokens.get(task),
             key_groups=self.key_groups[task],
             batch_time_ms=self.batch_time_ms,
-            rows=tuple(rows),
+            rows=runs,
             heads=self.heads,
             watermark_ms=self.watermark.current_ms if self.watermark is not None else None,
             initial=tuple(initial),
         )
         location = SparkExecutorLocationIdProvider().location_id()
-        outcome = run_task_batch(self.spec, work, location, prepare=self._output_table)
+        output = CheckedOutput(self._output_table, keep=self.deliver is not None)
+        ran = yield from output.stream(task_steps(self.spec, work, location))
+        # every output row is checked: now the checkpoint, then the delivery (module docstring)
+        outcome = finish_task_batch(
+            self.spec, work, location, ran.opened, output.kept, ran.called, None
+        )
         if self.deliver is not None:
             self.deliver(task, self.batch, outcome.output, outcome.token)
-        yield from self._output(outcome.prepared)
-        rows_in = sum(len(frame) for _, _, frame in rows)
         where = (current_executor_id(), current_executor_host(), attempt)
-        result = TaskResult.of(outcome, rows_in, where, time.perf_counter() - began, event)
+        seconds = time.perf_counter() - began
+        result = TaskResult.of(outcome, runs.rows, where, seconds, events.figures, output.rows)
         yield self._result_batch(result)
 
-    def _split_initial(
-        self, table: pa.Table | None
-    ) -> tuple[pa.Table | None, list[tuple[int, tuple[Any, ...], pd.DataFrame]]]:
+    def _incoming(
+        self, task: str, batches: Iterator[pa.RecordBatch]
+    ) -> tuple[Iterable[pa.RecordBatch], tuple[str, ...], list[KeyRun]]:
+        """The task's rows as Arrow batches sorted by key group and key, the function's columns
+        and the initial state's rows per key: the stage's own rows as Spark sorted them, else
+        (the rows ``source`` reads, ``in_memory``, an initial state) one table sorted here."""
+        import pyarrow as pa
+
+        if self.source is None and not self.in_memory and not self.initial_columns:
+            return batches, self.input_columns, []
+        if self.source is None:
+            received = list(batches)
+            if not received:
+                return (), self.input_columns, []
+            table = pa.Table.from_batches(received)
+            columns = self.input_columns
+        else:
+            for _ in batches:  # the stage's rows only say which task runs where
+                pass
+            table = self.source(task)
+            columns = tuple(c for c in table.column_names if c not in (GROUP_COLUMN, TASK_COLUMN))
+        table, initial = self._split_initial(table)
+        return sort_rows(table, self.spec.key_columns).to_batches(), columns, initial
+
+    def _split_initial(self, table: pa.Table) -> tuple[pa.Table, list[KeyRun]]:
         """The batch's rows, and the initial state's per key (with its own column names)."""
         import pyarrow.compute as pc
 
-        if not self.initial_columns or table is None:
+        if not self.initial_columns:
             return table, []
         marked = pc.fill_null(table.column(INITIAL_COLUMN), False)
         prefixed = [INITIAL_PREFIX + c for c in self.initial_columns]
@@ -236,18 +279,6 @@ class PinnedTaskRunner:
         for _, _, frame in runs:
             frame.columns = list(self.initial_columns)
         return table.filter(pc.invert(marked)), runs
-
-    def _event_time(self, table: pa.Table | None) -> tuple[pa.Table | None, tuple[int | None, int]]:
-        """The task's rows without the late ones if the operator drops them, and (the largest
-        event time read, late rows dropped); the rows as they are without event time."""
-        event_time = self.spec.event_time
-        if event_time is None or self.watermark is None:
-            return table, (None, 0)
-        largest = scan(table, event_time.column)
-        if not self.spec.drops_late_rows:
-            return table, (largest, 0)
-        kept, late = drop_late(table, event_time.column, self.watermark)
-        return kept, (largest, late)
 
     def _output_table(self, frame: pd.DataFrame) -> pa.Table | None:
         """The output as an Arrow table of the output schema (None: no rows), checked column by
@@ -271,10 +302,6 @@ class PinnedTaskRunner:
         table = pa.Table.from_arrays(columns, schema=user)
         return table.append_column(RESULT_COLUMN, pa.nulls(table.num_rows, pa.string()))
 
-    def _output(self, table: pa.Table | None) -> Iterator[pa.RecordBatch]:
-        if table is not None:
-            yield from table.to_batches()
-
     def _result_batch(self, result: TaskResult) -> pa.RecordBatch:
         import pyarrow as pa
 
@@ -295,56 +322,3 @@ def _found_type(values: pd.Series) -> str:
         if value is not None:
             return f"{type(value).__name__} ({value!r:.40})"
     return "object"
-
-
-def key_runs(
-    table: pa.Table | None, key_columns: Sequence[str], input_columns: Sequence[str]
-) -> list[tuple[int, tuple[Any, ...], pd.DataFrame]]:
-    """(key group, key, the key's rows with ``input_columns``) per key of ``table``, keys in
-    (key group, key) order; a key's values as Python values (``None`` for null and NaN)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    from locality.spark.state.keyspace import key_text
-
-    if table is None or table.num_rows == 0:
-        return []
-    sort_keys = [(c, "ascending", "at_end") for c in (GROUP_COLUMN, *key_columns)]
-    table = table.take(pc.sort_indices(table, sort_keys=sort_keys))
-    changed = np.zeros(table.num_rows - 1, dtype=bool)
-    for name in (GROUP_COLUMN, *key_columns):
-        changed |= _changes(table.column(name).combine_chunks())
-    starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
-    ends = np.append(starts[1:], table.num_rows)
-    groups = table.column(GROUP_COLUMN).take(starts).to_pylist()
-    values = [table.column(c).take(starts).to_pylist() for c in key_columns]
-    frame = table.select(list(input_columns)).to_pandas()
-    runs: dict[tuple[int, str], tuple[tuple[Any, ...], list[pd.DataFrame]]] = {}
-    for i, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        key = tuple(_python(column[i]) for column in values)
-        found = runs.setdefault((int(groups[i]), key_text(key)), (key, []))
-        found[1].append(frame.iloc[start:end])
-    return [(group, key, _joined(parts)) for (group, _), (key, parts) in runs.items()]
-
-
-def _changes(column: Any) -> Any:
-    """Per row after the first: does ``column`` differ from the row before (nulls equal)?"""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    current, previous = column.slice(1), column.slice(0, len(column) - 1)
-    differs = pc.fill_null(pc.not_equal(current, previous), True)
-    both_null = pc.and_(pc.is_null(current), pc.is_null(previous))
-    return np.asarray(pc.and_not(differs, both_null).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _python(value: Any) -> Any:
-    """NaN as None (the key's JSON text has null for both)."""
-    return None if isinstance(value, float) and value != value else value
-
-
-def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    import pandas as pd
-
-    frame = parts[0] if len(parts) == 1 else pd.concat(parts)
-    return frame.reset_index(drop=True)

@@ -1,8 +1,8 @@
 """A Spark 4 ``StatefulProcessor`` (``transformWithStateInPandas``) run per task of the pinned
 stage, its state in the task's object space (:mod:`.processor_state`).
 
-:class:`ProcessorFunction` is the ``QuerySpec.func`` of such a query; :func:`run_task_batch`
-of :mod:`.runner` hands the batch to its :meth:`ProcessorFunction.run_task_batch`, which does
+:class:`ProcessorFunction` is the ``QuerySpec.func`` of such a query; :func:`task_steps`
+of :mod:`.runner` hands the batch to its :meth:`ProcessorFunction.task_steps`, which does
 per task what Spark's ``TransformWithStateInPandasExec`` does per partition:
 
 1. a fresh copy of the processor (``copy.deepcopy``), ``init(handle)``;
@@ -52,7 +52,7 @@ from locality.spark.state.store import open_task_state
 if TYPE_CHECKING:
     import pandas as pd
 
-    from locality.spark.state.runner import QuerySpec, TaskBatch, TaskOutcome
+    from locality.spark.state.runner import QuerySpec, TaskBatch, TaskSteps
 
 __all__ = ["ExpiredTimerInfo", "ProcessorFunction", "TimerValues", "time_mode_of", "timer_due"]
 
@@ -122,17 +122,12 @@ class ProcessorFunction:
         _close(processor)
 
     def __call__(self, *args: Any) -> Iterator[Any]:
-        raise TypeError("a ProcessorFunction runs whole task batches (run_task_batch)")
+        raise TypeError("a ProcessorFunction runs whole task batches (task_steps)")
 
-    def run_task_batch(
-        self,
-        spec: QuerySpec,
-        work: TaskBatch,
-        location: str,
-        prepare: Callable[[pd.DataFrame], Any] | None = None,
-    ) -> TaskOutcome:
-        """One task's micro-batch (module docstring): the same result shape as a function's."""
-        from locality.spark.state.runner import finish_task_batch
+    def task_steps(self, spec: QuerySpec, work: TaskBatch, location: str) -> TaskSteps:
+        """One task's micro-batch (module docstring), output frame by output frame, as a
+        function's (:func:`locality.spark.state.runner.task_steps`)."""
+        from locality.spark.state.runner import Ran
 
         space, opened = open_task_state(
             spec.store, work.task, work.key_groups, work.start, location
@@ -144,14 +139,14 @@ class ProcessorFunction:
         handle = StateHandle(context)
         run.guard(None, lambda: run.processor.init(handle))
         handle.in_init = False
-        run.handle_keys(work)
+        yield from run.taken()
+        for frames in run.handle_keys(work):
+            yield from frames
         fired = run.fire_timers() if mode != "None" else 0
         run.guard(None, lambda: _close(run.processor))
+        yield from run.taken()
         _drop_expired(context, handle.ttl_names)
-        called = (run.calls, fired)
-        return finish_task_batch(
-            spec, work, location, (space, opened, began), run.outputs, called, prepare
-        )
+        return Ran((space, opened, began), (run.calls, fired))
 
 
 def _times(mode: str, work: TaskBatch) -> tuple[int, int]:
@@ -207,6 +202,11 @@ class _Run:
                 f"{where}: the stateful processor raised {type(exc).__name__}: {exc}"
             ) from exc
 
+    def taken(self) -> list[pd.DataFrame]:
+        """The output frames collected since the last call."""
+        frames, self.outputs = self.outputs, []
+        return frames
+
     def collect(self, key: tuple[Any, ...], call: Callable[[], Iterable[Any] | None]) -> None:
         from locality.spark.state.runner import _output_frame
 
@@ -217,24 +217,43 @@ class _Run:
             return
         self.outputs += self.guard(key, lambda: [_output_frame(f, columns) for f in (call() or ())])
 
-    def handle_keys(self, work: TaskBatch) -> None:
+    def handle_keys(self, work: TaskBatch) -> Iterator[list[pd.DataFrame]]:
         """Step 2 of the module docstring, per key in (key group, key) order: its initial state
-        first if the batch has one (``handleInitialState``, no output), then its rows."""
+        first if the batch has one (``handleInitialState``, no output), then its rows; each
+        key's output frames as soon as it ran. Without an initial state the rows stream key by
+        key as they come (Spark sorted them); with one (a first batch) they are in memory."""
+        if not work.initial:
+            from locality.spark.state.runner import ordered_rows
+
+            for group_id, key, frame in ordered_rows(work.rows):
+                self._input_rows(group_id, key, frame)
+                yield self.taken()
+            return
         rows = {(g, key_text(k)): (k, frame) for g, k, frame in work.rows}
         initial = {(g, key_text(k)): (k, frame) for g, k, frame in work.initial}
-        context = self.context
         for group_id, text in sorted(rows.keys() | initial.keys()):
-            context.group_id, context.key = group_id, text
-            values = TimerValues(context.batch_time_ms, context.watermark_ms)
             if (group_id, text) in initial:
                 key, state = initial[group_id, text]
-                for one in rows_of(state) if self.rows else [state]:  # Rows: one call per row
-                    self.guard(key, partial(_initial, self.processor, key, one, values))
-                self.initial_keys += 1
+                self._initial_state(group_id, key, state)
             if (group_id, text) in rows:
                 key, frame = rows[group_id, text]
-                given = iter(rows_of(frame)) if self.rows else iter([frame])
-                self.collect(key, partial(self.processor.handleInputRows, key, given, values))
+                self._input_rows(group_id, key, frame)
+                yield self.taken()
+
+    def _initial_state(self, group_id: int, key: tuple[Any, ...], state: pd.DataFrame) -> None:
+        context = self.context
+        context.group_id, context.key = group_id, key_text(key)
+        values = TimerValues(context.batch_time_ms, context.watermark_ms)
+        for one in rows_of(state) if self.rows else [state]:  # Rows: one call per row
+            self.guard(key, partial(_initial, self.processor, key, one, values))
+        self.initial_keys += 1
+
+    def _input_rows(self, group_id: int, key: tuple[Any, ...], frame: pd.DataFrame) -> None:
+        context = self.context
+        context.group_id, context.key = group_id, key_text(key)
+        values = TimerValues(context.batch_time_ms, context.watermark_ms)
+        given = iter(rows_of(frame)) if self.rows else iter([frame])
+        self.collect(key, partial(self.processor.handleInputRows, key, given, values))
 
     def fire_timers(self) -> int:
         """Step 3 of the module docstring; the number of timers fired."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,11 +49,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QuerySpec",
+    "Ran",
     "StatefulFunctionError",
     "TaskBatch",
     "TaskOutcome",
     "run_on_executor",
     "run_task_batch",
+    "task_steps",
 ]
 
 StatefulFunction = Callable[[tuple[Any, ...], Iterator["pd.DataFrame"], KeyState], Iterator[Any]]
@@ -97,7 +99,8 @@ class TaskBatch:
     token: str | None  # that commit's token for this task
     key_groups: tuple[int, ...]
     batch_time_ms: int
-    rows: tuple[tuple[int, tuple[Any, ...], pd.DataFrame], ...]
+    # a sequence (any order), or an iterator sorted by key group and key (streamed once)
+    rows: Iterable[tuple[int, tuple[Any, ...], pd.DataFrame]]
     heads: Mapping[int, str] | None = None  # the start commit's chain heads (None: format 1)
     watermark_ms: int | None = None  # the batch's event-time watermark (None: no event time)
     # The initial state's rows per key, as ``rows`` (a processor's first batch only; else ()).
@@ -135,6 +138,19 @@ def _key_json(key: Sequence[Any]) -> str:
     return json.dumps([to_python(v) for v in key], separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class Ran:
+    """How a task's calls went, for :func:`finish_task_batch`: the space, how it was opened and
+    when the calls began; (keys called, of which timed out)."""
+
+    opened: tuple[ObjectSpace, OpenReport, float]
+    called: tuple[int, int]
+
+
+#: A task's calls: yields each output frame as a call produces it, returns how they went.
+TaskSteps = Generator["pd.DataFrame", None, Ran]
+
+
 def run_task_batch(
     spec: QuerySpec,
     work: TaskBatch,
@@ -145,25 +161,50 @@ def run_task_batch(
     checks and converts the output before anything is checkpointed (it raises
     :class:`StatefulFunctionError` for output that does not fit): nothing of a batch whose
     output is refused is written anywhere."""
+    steps = task_steps(spec, work, location)
+    outputs: list[pd.DataFrame] = []
+    while True:
+        try:
+            outputs.append(next(steps))
+        except StopIteration as stop:
+            ran: Ran = stop.value
+            break
+    return finish_task_batch(spec, work, location, ran.opened, outputs, ran.called, prepare)
 
-    own = getattr(spec.func, "run_task_batch", None)
+
+def task_steps(spec: QuerySpec, work: TaskBatch, location: str) -> TaskSteps:
+    """The calls of a task's batch, output frame by output frame (nothing checkpointed): the
+    function per key of ``work.rows`` (sorted here when they are a sequence; an iterator is
+    taken in its order, sorted by key group and key already), then the expired timeouts."""
+    own = getattr(spec.func, "task_steps", None)
     if own is not None:  # a StatefulProcessor (locality.spark.state.processor) runs its own way
-        outcome: TaskOutcome = own(spec, work, location, prepare)
-        return outcome
+        steps: TaskSteps = own(spec, work, location)
+        return steps
+    return _function_steps(spec, work, location)
+
+
+def ordered_rows(
+    rows: Iterable[tuple[int, tuple[Any, ...], pd.DataFrame]],
+) -> Iterable[tuple[int, tuple[Any, ...], pd.DataFrame]]:
+    """``rows`` in (key group, key text) order when they are a sequence; else as they come."""
+    if isinstance(rows, Sequence):
+        return sorted(rows, key=lambda r: (r[0], _key_json(r[1])))
+    return rows
+
+
+def _function_steps(spec: QuerySpec, work: TaskBatch, location: str) -> TaskSteps:
     space, opened = open_task_state(spec.store, work.task, work.key_groups, work.start, location)
     began = time.perf_counter()
-    outputs: list[pd.DataFrame] = []
     seen: set[tuple[int, str]] = set()
-    for group_id, key, rows in sorted(work.rows, key=lambda r: (r[0], _key_json(r[1]))):
+    for group_id, key, rows in ordered_rows(work.rows):
         key_text = _key_json(key)
         seen.add((group_id, key_text))
-        outputs += _call(spec, space.group(group_id), key, key_text, [rows], work, timed_out=False)
+        yield from _call(spec, space.group(group_id), key, key_text, [rows], work, timed_out=False)
     expired = _expired(space, work, seen, spec.timeout) if spec.timeout != NO_TIMEOUT else []
     for group_id, key_text in expired:
         key = tuple(json.loads(key_text))
-        outputs += _call(spec, space.group(group_id), key, key_text, [], work, timed_out=True)
-    called = (len(seen) + len(expired), len(expired))
-    return finish_task_batch(spec, work, location, (space, opened, began), outputs, called, prepare)
+        yield from _call(spec, space.group(group_id), key, key_text, [], work, timed_out=True)
+    return Ran((space, opened, began), (len(seen) + len(expired), len(expired)))
 
 
 def finish_task_batch(
