@@ -200,3 +200,16 @@ def test_a_late_chunk_that_does_not_fit_checkpoints_and_delivers_nothing(tmp_pat
     assert yielded >= OUTPUT_CHUNK_ROWS  # earlier chunks went out (Spark drops a failed task's)
     assert delivered == []
     assert all(runner.spec.store.storage.list_files(g) == [] for g in range(4))
+
+
+def test_a_batch_streams_when_a_task_may_read_more_than_the_threshold_or_nobody_knows() -> None:
+    """coordinator.streaming.stage.streams_rows: the choice between one table per task (fast)
+    and rows streamed as Spark sorted them (bounded memory)."""
+    from coordinator.streaming.stage import STREAM_ROWS, streams_rows
+
+    assert STREAM_ROWS == 1_000_000
+    assert streams_rows(None, STREAM_ROWS)  # a first batch: nothing says how many
+    assert not streams_rows(333_334, STREAM_ROWS)  # 4M records over 12 partitions
+    assert not streams_rows(STREAM_ROWS, STREAM_ROWS)
+    assert streams_rows(STREAM_ROWS + 1, STREAM_ROWS)
+    assert streams_rows(1, 0) and not streams_rows(0, 0)  # 0: every batch with rows streams
