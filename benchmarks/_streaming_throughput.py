@@ -257,25 +257,6 @@ def trigger_seconds(query: Any) -> dict[int, float]:
     }
 
 
-def run_in_child(run: Run, timeout_s: float) -> RunFigures | None:
-    """:func:`run_one` in a fresh Python process (its driver's Python and JVM measured alone);
-    None when it failed or took too long."""
-    import json
-    import subprocess
-    import sys
-
-    command = [sys.executable, __file__, json.dumps(run.__dict__)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        sys.stderr.write(done.stderr[-3000:])
-        return None
-    return RunFigures(**json.loads(lines[-1]))
-
-
 if __name__ == "__main__":
     import json
     import logging

@@ -7,21 +7,13 @@ size (the largest within 1.2x of the smallest), throughput growing with executor
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from benchmarks import _streaming_throughput
+from benchmarks._child_runs import input_cluster, mib, run_in_child
 from benchmarks._report import machine, table
-from benchmarks._streaming_throughput import (
-    KEYS,
-    TASKS,
-    WAYS,
-    Run,
-    RunFigures,
-    run_in_child,
-    write_input,
-)
+from benchmarks._streaming_throughput import KEYS, TASKS, WAYS, Run, RunFigures
 
 FULL_SIZES = (100_000, 1_000_000, 4_000_000)
 QUICK_SIZES = (20_000, 100_000)
@@ -31,48 +23,24 @@ def measure(
     sizes: Sequence[int], steady: int, note: Callable[[str], None], timeout_s: float = 3600
 ) -> list[RunFigures]:
     """Start ZooKeeper and the cluster, write the input, run every run in its own process."""
-    from affinity_pipeline.cluster import StandaloneCluster, spark_session
-
-    from coordinator.demo.race_ways import HOSTS
-    from coordinator.launchers.zookeeper import EmbeddedZooKeeper
-
     results: list[RunFigures] = []
-    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
-        work = Path(tmp)
-        zookeeper = EmbeddedZooKeeper(work / "zookeeper")
-        cluster = StandaloneCluster(work / "spark", HOSTS, worker_memory="1500m")
-        try:
-            zookeeper.start()
-            cluster.start()
-            note("writing the input ...")
-            writer = spark_session(cluster.master_url, app_name="throughput-input")
-            for rows in sizes:
-                write_input(writer, work / f"pool-{rows}", rows, steady + 1)
-            writer.stop()
-            plan = [(way, rows, 3) for rows in sizes for way in WAYS]
-            plan += [(way, sizes[-1], n) for n in (1, 2) for way in ("spark", "affinity")]
-            for i, (way, rows, executors) in enumerate(plan):
-                note(
-                    f"run {i + 1}/{len(plan)}: {way}, {rows:,} rows a batch, {executors} executors"
-                )
-                run = Run(
-                    way, rows, executors, steady, cluster.master_url, zookeeper.hosts,
-                    str(work / f"pool-{rows}"), str(work / f"run-{i}"),
-                )  # fmt: skip
-                figures = run_in_child(run, timeout_s)
-                if figures is None:
-                    note("  failed or timed out")
-                    continue
-                note(f"  {figures.median_s:.2f} s a batch, {figures.rows_per_s:,.0f} rows/s")
-                results.append(figures)
-        finally:
-            cluster.stop()
-            zookeeper.stop()
+    with input_cluster("throughput-", sizes, steady + 1) as cluster:
+        plan = [(way, rows, 3) for rows in sizes for way in WAYS]
+        plan += [(way, sizes[-1], n) for n in (1, 2) for way in ("spark", "affinity")]
+        for i, (way, rows, executors) in enumerate(plan):
+            note(f"run {i + 1}/{len(plan)}: {way}, {rows:,} rows a batch, {executors} executors")
+            run = Run(
+                way, rows, executors, steady, cluster.master, cluster.zookeeper,
+                cluster.pool(rows), cluster.run_dir(i),
+            )  # fmt: skip
+            child = run_in_child(_streaming_throughput.__file__, [], run.__dict__, timeout_s)
+            if child is None:
+                note("  failed or timed out")
+                continue
+            figures = RunFigures(**child)
+            note(f"  {figures.median_s:.2f} s a batch, {figures.rows_per_s:,.0f} rows/s")
+            results.append(figures)
     return results
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.0f} MiB"
 
 
 def _find(results: Sequence[RunFigures], way: str, rows: int, executors: int) -> RunFigures | None:
@@ -120,8 +88,8 @@ def markdown(results: Sequence[RunFigures], sizes: Sequence[int], steady: int) -
         p = r.peaks
         rows.append(
             [f"{r.rows:,}", r.executors, r.way, f"{r.median_s:.2f} s", f"{r.rows_per_s:,.0f}",
-             ratio, _mib(p["driver python"]), _mib(p["driver jvm"]), _mib(p["executor jvm"]),
-             _mib(p["executor python"])]
+             ratio, mib(p["driver python"]), mib(p["driver jvm"]), mib(p["executor jvm"]),
+             mib(p["executor python"])]
         )  # fmt: skip
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [

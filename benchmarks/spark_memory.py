@@ -29,12 +29,11 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
 import threading  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
+from benchmarks._child_runs import input_cluster, mib, run_in_child  # noqa: E402
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
 from benchmarks._streaming_throughput import (  # noqa: E402
     KEYS,
@@ -47,7 +46,6 @@ from benchmarks._streaming_throughput import (  # noqa: E402
     _rss,
     count_values,
     trigger_seconds,
-    write_input,
 )
 
 FULL_SIZES = (1_000_000, 10_000_000)
@@ -186,65 +184,29 @@ def run_one(run: Run) -> Figures:
     return Figures(run.way, run.rows, steady, largest, total, outputs)
 
 
-def run_in_child(run: Run, timeout_s: float) -> Figures | None:
-    """:func:`run_one` in a fresh Python process; None when it failed or took too long."""
-    command = [sys.executable, __file__, "--child", json.dumps(run.__dict__)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        sys.stderr.write(done.stderr[-3000:])
-        return None
-    return Figures(**json.loads(lines[-1]))
-
-
 def measure(sizes: tuple[int, ...], steady: int, timeout_s: float = 1800) -> list[Figures]:
     """Start ZooKeeper and the cluster, write the input, run each way at each size."""
-    from affinity_pipeline.cluster import StandaloneCluster, spark_session
-
-    from coordinator.demo.race_ways import HOSTS
-    from coordinator.launchers.zookeeper import EmbeddedZooKeeper
-
     results: list[Figures] = []
-    with tempfile.TemporaryDirectory(prefix="spark-memory-") as tmp:
-        work = Path(tmp)
-        zookeeper = EmbeddedZooKeeper(work / "zookeeper")
-        cluster = StandaloneCluster(work / "spark", HOSTS, worker_memory="1500m")
-        try:
-            zookeeper.start()
-            cluster.start()
-            note("writing the input ...")
-            writer = spark_session(cluster.master_url, app_name="memory-input")
-            for rows in sizes:
-                write_input(writer, work / f"pool-{rows}", rows, steady + 1)
-            writer.stop()
-            plan = [(way, rows) for rows in sizes for way in WAYS]
-            for i, (way, rows) in enumerate(plan):
-                note(f"run {i + 1}/{len(plan)}: {way}, {rows:,} rows a batch")
-                run = Run(
-                    way, rows, steady, cluster.master_url, zookeeper.hosts,
-                    str(work / f"pool-{rows}"), str(work / f"run-{i}"),
-                )  # fmt: skip
-                figures = run_in_child(run, timeout_s)
-                if figures is None:
-                    note("  failed or timed out")
-                    continue
-                note(f"  {figures.median_s:.2f} s a batch, largest worker {_mib(figures.largest)}")
-                results.append(figures)
-        finally:
-            cluster.stop()
-            zookeeper.stop()
+    with input_cluster("spark-memory-", sizes, steady + 1) as cluster:
+        plan = [(way, rows) for rows in sizes for way in WAYS]
+        for i, (way, rows) in enumerate(plan):
+            note(f"run {i + 1}/{len(plan)}: {way}, {rows:,} rows a batch")
+            run = Run(
+                way, rows, steady, cluster.master, cluster.zookeeper, cluster.pool(rows),
+                cluster.run_dir(i),
+            )  # fmt: skip
+            child = run_in_child(__file__, ["--child"], run.__dict__, timeout_s)
+            if child is None:
+                note("  failed or timed out")
+                continue
+            figures = Figures(**child)
+            note(f"  {figures.median_s:.2f} s a batch, largest worker {mib(figures.largest)}")
+            results.append(figures)
     return results
 
 
 def note(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.0f} MiB"
 
 
 def _find(results: list[Figures], way: str, rows: int) -> Figures | None:
@@ -283,7 +245,7 @@ def markdown(results: list[Figures], sizes: tuple[int, ...], steady: int) -> str
         ratio = f"{r.largest / base.largest:.2f}" if base is not None else "-"
         rows.append(
             [f"{r.rows:,}", r.way, f"{r.median_s:.2f} s", f"{r.rows / r.median_s:,.0f}",
-             _mib(r.largest), ratio, _mib(r.total)]
+             mib(r.largest), ratio, mib(r.total)]
         )  # fmt: skip
     headers = [
         "rows/batch", "way", "s/batch", "rows/s", "largest executor Python",
