@@ -13,7 +13,9 @@ and the Kafka query), in one place: each query's constructor takes its own argum
   JSON), ``transactional`` (True) and ``delivery`` (``"exactly-once"`` or ``"at-least-once"``).
 
 Python does not check a ``TypedDict``'s keys at run time: :func:`check_options` names a
-misspelt one (a ``TypeError``, as for any unknown keyword argument). Pure.
+misspelt one (a ``TypeError``, as for any unknown keyword argument); :func:`check_runtime_options`
+names a value no query takes (a :class:`~coordinator.streaming.reports.StreamingUsageError`), and
+:func:`state_storage` is where the checkpoints go. Pure.
 """
 
 from __future__ import annotations
@@ -21,9 +23,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from locality.spark.state import Storage
+from coordinator.config import JobConfig
+from coordinator.streaming.reports import StreamingUsageError
+from locality.spark.state import (
+    EVENT_TIME_TIMEOUT,
+    TIMEOUTS,
+    DirectoryStateStorage,
+    EventTime,
+    Storage,
+)
 
-__all__ = ["OutputOptions", "QueryOptions", "RuntimeOptions", "check_options"]
+__all__ = [
+    "OutputOptions",
+    "QueryOptions",
+    "RuntimeOptions",
+    "check_options",
+    "check_runtime_options",
+    "state_storage",
+]
 
 
 class RuntimeOptions(TypedDict, total=False):
@@ -56,3 +73,39 @@ def check_options(options: Mapping[str, Any], where: str) -> None:
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def check_runtime_options(
+    key_columns: tuple[str, ...], options: RuntimeOptions, event_time: EventTime | None
+) -> tuple[str, str]:
+    """The query's ``timeout`` and ``coordinator``, or a :class:`StreamingUsageError` naming the
+    key columns or the option value no query takes."""
+    timeout = options.get("timeout", "NoTimeout")
+    coordinator = options.get("coordinator", "embedded")
+    if not key_columns or not all(isinstance(c, str) and c for c in key_columns):
+        raise StreamingUsageError(f"key_columns must name columns, got {key_columns!r}")
+    if timeout not in TIMEOUTS:
+        raise StreamingUsageError(f"timeout must be one of {TIMEOUTS}, got {timeout!r}")
+    if timeout == EVENT_TIME_TIMEOUT and event_time is None:
+        raise StreamingUsageError(
+            "timeout='EventTimeTimeout' needs an event-time watermark: pass "
+            "event_time=(column, delay), as withWatermark(column, delay) in Spark"
+        )
+    if coordinator not in ("embedded", "external"):
+        raise StreamingUsageError(
+            f"coordinator must be 'embedded' or 'external', got {coordinator!r}"
+        )
+    return timeout, coordinator
+
+
+def state_storage(storage: Storage | None, config: JobConfig) -> Storage:
+    """Where the query's checkpoints go: ``storage``, else the job config's
+    ``state.checkpoint_dir`` (a :class:`StreamingUsageError` when neither is given)."""
+    if storage is not None:
+        return storage
+    if not config.state.checkpoint_dir:
+        raise StreamingUsageError(
+            "state.checkpoint_dir is not set in the job config: stateful_foreach_batch needs a "
+            "durable directory for its checkpoints (or pass storage=...)"
+        )
+    return DirectoryStateStorage(config.state.checkpoint_dir)

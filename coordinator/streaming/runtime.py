@@ -46,7 +46,13 @@ from coordinator.streaming.history import batch_entry, executor_locations, recor
 from coordinator.streaming.kafka_layout import KafkaLayoutError, partitions_added
 from coordinator.streaming.kafka_output import KafkaOutput
 from coordinator.streaming.kafka_progress import KafkaProgress
-from coordinator.streaming.options import OutputOptions, QueryOptions, check_options
+from coordinator.streaming.options import (
+    OutputOptions,
+    QueryOptions,
+    check_options,
+    check_runtime_options,
+    state_storage,
+)
 from coordinator.streaming.reports import (
     BatchReport,
     StreamingBatchError,
@@ -58,13 +64,9 @@ from coordinator.streaming.stage import BatchPlan, StageRun
 from coordinator.streaming.standby import NO_STANDBYS, StandbyStage, refresh_standbys
 from locality.spark.kafka import KafkaClientConfig
 from locality.spark.state import (
-    EVENT_TIME_TIMEOUT,
-    TIMEOUTS,
     CommitRecord,
-    DirectoryStateStorage,
     EventTime,
     QuerySpec,
-    Storage,
     StoreSpec,
     parse_schema,
     write_pending,
@@ -108,21 +110,7 @@ class QueryRuntime:
         **options: Unpack[QueryOptions],
     ) -> None:
         check_options(options, type(self).__name__)
-        timeout = options.get("timeout", "NoTimeout")
-        coordinator = options.get("coordinator", "embedded")
-        if not key_columns or not all(isinstance(c, str) and c for c in key_columns):
-            raise StreamingUsageError(f"key_columns must name columns, got {key_columns!r}")
-        if timeout not in TIMEOUTS:
-            raise StreamingUsageError(f"timeout must be one of {TIMEOUTS}, got {timeout!r}")
-        if timeout == EVENT_TIME_TIMEOUT and event_time is None:
-            raise StreamingUsageError(
-                "timeout='EventTimeTimeout' needs an event-time watermark: pass "
-                "event_time=(column, delay), as withWatermark(column, delay) in Spark"
-            )
-        if coordinator not in ("embedded", "external"):
-            raise StreamingUsageError(
-                f"coordinator must be 'embedded' or 'external', got {coordinator!r}"
-            )
+        timeout, coordinator = check_runtime_options(key_columns, options, event_time)
         self.key_columns = key_columns
         self.output_schema = output_schema
         output_fields = parse_schema(output_schema, "output_schema", any_type=True)
@@ -130,8 +118,7 @@ class QueryRuntime:
         self.coordinator = coordinator
         self.locality_wait = options.get("locality_wait", "30s")
         self.in_force_timeout_s = options.get("in_force_timeout_s", 120.0)
-        storage = options.get("storage")
-        self.storage = storage if storage is not None else _default_storage(config)
+        self.storage = state_storage(options.get("storage"), config)
         self.spec = QuerySpec(
             func=func,
             key_columns=key_columns,
@@ -390,12 +377,3 @@ AFTER_COMMIT_FAILURES = Counter(
     "Steps after a streaming batch's commit that failed and were left to the next batch",
     ["step"],
 )
-
-
-def _default_storage(config: JobConfig) -> Storage:
-    if not config.state.checkpoint_dir:
-        raise StreamingUsageError(
-            "state.checkpoint_dir is not set in the job config: stateful_foreach_batch needs a "
-            "durable directory for its checkpoints (or pass storage=...)"
-        )
-    return DirectoryStateStorage(config.state.checkpoint_dir)
