@@ -95,16 +95,24 @@ def initial_state(session: Any) -> Any:
     return session.createDataFrame(INITIAL, INITIAL_SCHEMA).groupBy("user")
 
 
-def seeded_handler(session: Any, outputs: Outputs, config: JobConfig) -> Any:
-    """affinity's handler; the initial state made in the (possibly restarted) application."""
+def seeded_handler(
+    session: Any,
+    outputs: Outputs,
+    config: JobConfig,
+    processor: type[StatefulProcessor] | None = None,
+    api: str = "transformWithStateInPandas",
+) -> Any:
+    """affinity's handler of a new ``processor`` (default :class:`Seeded`) over ``api``; the
+    initial state made in the (possibly restarted) application."""
     return stateful_processor_foreach_batch(
-        Seeded(),
+        (processor or Seeded)(),
         key_columns=["user"],
         output_schema=OUTPUT,
         time_mode="ProcessingTime",
         sink=outputs,
         config=config,
         initial_state=initial_state(session),
+        api=api,
     )
 
 

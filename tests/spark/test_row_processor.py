@@ -17,7 +17,7 @@ from pyspark import cloudpickle
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from spark_app import SparkApp
-from test_processor_initial_state import initial_state, rows_of
+from test_processor_initial_state import initial_state, rows_of, seeded_handler
 from test_stateful_processor import (
     BATCHES,
     OUTPUT,
@@ -72,16 +72,7 @@ class RowSeeded(StatefulProcessor):
 
 
 def row_handler(session: Any, outputs: Outputs, config: JobConfig) -> Any:
-    return stateful_processor_foreach_batch(
-        RowSeeded(),
-        key_columns=["user"],
-        output_schema=OUTPUT,
-        time_mode="ProcessingTime",
-        sink=outputs,
-        config=config,
-        initial_state=initial_state(session),
-        api="transformWithState",
-    )
+    return seeded_handler(session, outputs, config, RowSeeded, api="transformWithState")
 
 
 def test_a_row_processor_runs_as_spark_runs_it(
