@@ -123,9 +123,7 @@ def main(
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
     args = parser.parse_args(argv)
-    for name in ("kazoo", "py4j", "affinity", "metadata", "locality"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    quiet()
     sizes, steady, per_phase = (QUICK, 1, 1) if args.quick else (FULL, 2, 2)
     results = [race(rows, steady, per_phase) for rows in sizes]
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -136,6 +134,13 @@ def main(
     if args.json:
         print(json.dumps(results))
     return 0 if all(r["outputs_equal_reference"] for r in results) else 1
+
+
+def quiet() -> None:
+    """Errors only, from the libraries and affinity's structlog."""
+    for name in ("kazoo", "py4j", "affinity", "metadata", "locality"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
 
 
 def race_markdown(title: str, intro: str, results: list[dict[str, Any]]) -> str:

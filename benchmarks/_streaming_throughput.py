@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,71 +46,6 @@ def count_values(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Itera
         total += int(pdf["value"].sum())
     state.update((n, total))
     yield pd.DataFrame({"user": [key[0]], "n": [n], "total": [total]})
-
-
-@dataclass
-class RssPeaks:
-    """Peak resident memory (bytes, summed per kind of process) while sampling."""
-
-    peaks: dict[str, int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self, driver_jvm: int) -> None:
-        self.peaks = {
-            k: 0 for k in ("driver python", "driver jvm", "executor jvm", "executor python")
-        }
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._sample, args=(driver_jvm,), daemon=True)
-        self._thread.start()
-
-    def stop(self) -> dict[str, int]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return dict(self.peaks)
-
-    def _sample(self, driver_jvm: int) -> None:
-        while not self._stop.wait(0.1):
-            now: dict[str, int] = dict.fromkeys(self.peaks, 0)
-            for pid, cmdline in _processes():
-                kind = _kind(pid, cmdline, driver_jvm)
-                if kind is not None:
-                    now[kind] += _rss(pid)
-            for kind, value in now.items():
-                self.peaks[kind] = max(self.peaks[kind], value)
-
-
-def _processes() -> Iterator[tuple[int, str]]:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            yield int(entry), raw.replace(b"\0", b" ").decode(errors="replace")
-
-
-def _kind(pid: int, cmdline: str, driver_jvm: int) -> str | None:
-    if pid == os.getpid():
-        return "driver python"
-    if pid == driver_jvm:
-        return "driver jvm"
-    if "CoarseGrainedExecutorBackend" in cmdline:
-        return "executor jvm"
-    if "pyspark.daemon" in cmdline or "pyspark/daemon.py" in cmdline:
-        return "executor python"
-    return None
-
-
-def _rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def write_input(spark: Any, folder: Path, rows: int, batches: int) -> None:
@@ -213,12 +147,14 @@ def run_one(run: Run) -> RunFigures:
     os.link(files[0], source / files[0].name)  # the fill batch
     query, sink = start_query(run.way, spark, source, work / "checkpoint", make_handler)
     query.processAllAvailable()
-    peaks = RssPeaks()
-    peaks.start(spark.sparkContext._gateway.proc.pid)
+    from benchmarks._rss import KINDS, AppPeaks  # run as a script: its path is set in __main__
+
+    sc = spark.sparkContext
+    peaks = AppPeaks(sc.applicationId, sc._gateway.proc.pid).start()
     for path in files[1:]:
         os.link(path, source / path.name)
     query.processAllAvailable()
-    measured = peaks.stop()
+    measured = {kind: peak for kind, peak in peaks.stop().items() if kind in KINDS}
     seconds = trigger_seconds(query)
     query.stop()
     for handler in handlers:

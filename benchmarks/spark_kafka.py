@@ -12,7 +12,12 @@ steady batches' median seconds and records/s, the state bytes loaded from checkp
 each failure and the first batch's seconds after it, the warm share; both outputs checked
 against a single-process reference.
 
-Usage: ``python benchmarks/spark_kafka.py [--quick] [--doc PATH] [--no-write] [--json]``.
+``--memory``: each way alone in a fresh application (:mod:`benchmarks._race_memory`), a fill
+batch then steady batches, with the peak RSS of the driver's Python and JVM, the executor JVMs
+and their Python workers (section ``spark_kafka_memory``).
+
+Usage: ``python benchmarks/spark_kafka.py [--quick] [--memory] [--doc PATH] [--no-write]
+[--json]``.
 """
 
 from __future__ import annotations
@@ -23,23 +28,26 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
 from typing import Any  # noqa: E402
 
+from benchmarks._race_memory import measure_memory, memory_markdown, way_memory  # noqa: E402
+from benchmarks._race_phases import FULL, QUICK, note, quiet, race_markdown, race_phases  # noqa: E402
 from benchmarks._race_phases import main as race_main  # noqa: E402
-from benchmarks._race_phases import race_markdown, race_phases  # noqa: E402
-from benchmarks._report import machine  # noqa: E402
+from benchmarks._report import DOC, machine, write_section  # noqa: E402
 
 PARTITIONS = 12
 USERS = 10_000
 PAD = 1_000  # state characters per user: 10 MB of state per way
+WAYS = ("affinity", "affinity-source", "spark")
+RACE = {"tasks": PARTITIONS, "users": USERS, "pad": PAD, "kafka": True, "pinned_source": True}
 
 
 def race_size(rows: int, steady: int, per_phase: int) -> dict[str, Any]:
     """One race at ``rows`` records a batch over the broker; its figures per phase and way."""
-    return race_phases(
-        rows, steady, per_phase, tasks=PARTITIONS, users=USERS, pad=PAD, kafka=True,
-        pinned_source=True,
-    )  # fmt: skip
+    return race_phases(rows, steady, per_phase, **RACE)
 
 
 def markdown(results: list[dict[str, Any]], load: str) -> str:
@@ -60,7 +68,41 @@ def markdown(results: list[dict[str, Any]], load: str) -> str:
     )
 
 
+def memory(argv: list[str]) -> int:
+    """``--memory``: each way alone (module docstring); ``--memory-child RUN``: one of them."""
+    parser = argparse.ArgumentParser(description="spark_kafka.py --memory")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="one small size (a smoke test)")
+    parser.add_argument("--doc", type=Path, default=DOC, help="Markdown file to write")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    quiet()
+    if args.memory_child:
+        run = json.loads(args.memory_child)
+        print(json.dumps(way_memory(run["way"], run["rows"], run["steady"], **RACE)))
+        return 0
+    sizes, steady = (QUICK, 1) if args.quick else (FULL, 3)
+    results = measure_memory(__file__, WAYS, sizes, steady, note)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    intro = (
+        f"`benchmarks/spark_kafka.py --memory` on {machine()}; load average at the end: {load}. "
+        "The race's Kafka input and ways (above), each way alone in a fresh application, "
+        f"cluster and broker: a fill batch, then {steady} steady batches; the peak RSS during "
+        "the steady batches of the application's processes (each kind summed over its "
+        "processes; other applications on the machine left out)."
+    )
+    text = memory_markdown("Kafka: memory of each way, alone", intro, results)
+    print(text)
+    if not args.no_write:
+        write_section("spark_kafka_memory", text, doc=args.doc)
+    return 0 if results and all(r["outputs_equal_reference"] for r in results) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--memory" in argv or any(a.startswith("--memory-child") for a in argv):
+        return memory(argv)
     return race_main(argv, (__doc__ or "").splitlines()[0], "spark_kafka", race_size, markdown)
 
 

@@ -29,21 +29,18 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
-import threading  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 from benchmarks._child_runs import input_cluster, mib, run_in_child  # noqa: E402
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
+from benchmarks._rss import LARGEST_WORKER, AppPeaks  # noqa: E402
 from benchmarks._streaming_throughput import (  # noqa: E402
     KEYS,
     OUTPUT,
     STATE,
     TASKS,
     Sink,
-    _kind,
-    _processes,
-    _rss,
     count_values,
     trigger_seconds,
 )
@@ -52,57 +49,6 @@ FULL_SIZES = (1_000_000, 10_000_000)
 QUICK_SIZES = (20_000, 200_000)
 WAYS = ("in memory", "streamed")
 EXECUTORS = 3
-
-
-@dataclass
-class PythonPeaks:
-    """Peak RSS of one application's executor Python processes (the daemons and workers under
-    its executor JVMs; other applications on the machine are left out): the largest process,
-    and the sum of all."""
-
-    app_id: str
-    largest: int = 0
-    total: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> tuple[int, int]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return self.largest, self.total
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.1):
-            sizes = [_rss(pid) for pid in self._pythons()]
-            self.largest = max([self.largest, *sizes])
-            self.total = max(self.total, sum(sizes))
-
-    def _pythons(self) -> list[int]:
-        executors, pythons, parent = set(), [], {}
-        for pid, cmdline in _processes():
-            kind = _kind(pid, cmdline, -1)
-            if kind == "executor jvm" and self.app_id in cmdline:
-                executors.add(pid)
-            elif kind == "executor python":
-                pythons.append(pid)
-                parent[pid] = _parent(pid)
-        return [
-            pid
-            for pid in pythons
-            if parent[pid] in executors or parent.get(parent[pid], -1) in executors
-        ]
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
 
 
 @dataclass(frozen=True)
@@ -169,12 +115,13 @@ def run_one(run: Run) -> Figures:
         .start()
     )
     query.processAllAvailable()
-    peaks = PythonPeaks(spark.sparkContext.applicationId)
-    peaks.start()
+    sc = spark.sparkContext
+    peaks = AppPeaks(sc.applicationId, sc._gateway.proc.pid).start()
     for path in files[1:]:
         os.link(path, source / path.name)
     query.processAllAvailable()
-    largest, total = peaks.stop()
+    measured = peaks.stop()
+    largest, total = measured[LARGEST_WORKER], measured["executor python"]
     seconds = trigger_seconds(query)
     query.stop()
     handler.close()

@@ -18,7 +18,7 @@ the next batch's file and runs both queries (alternating which goes first). Fail
 ``kafka=True`` reads the clicks from a topic of a real broker (:mod:`coordinator.demo.race_kafka`);
 ``processor=True`` runs a ``StatefulProcessor`` both ways (:mod:`coordinator.demo.race_processor`);
 ``pinned_source=True`` (with ``kafka=True``) adds a third way, the function over Spark's own Kafka
-source with its partitions pinned.
+source with its partitions pinned; ``only=(way,)`` runs one of the ways alone.
 
 Every process it started is stopped by :meth:`StreamingRace.stop`.
 """
@@ -93,6 +93,7 @@ class StreamingRace:
         kafka: bool = False,
         processor: bool = False,
         pinned_source: bool = False,
+        only: tuple[str, ...] = (),
     ) -> None:
         if kafka and processor:
             raise ValueError("the race runs a processor over the file source only")
@@ -101,6 +102,12 @@ class StreamingRace:
         #: the ways, in the order the first batch runs them (``pinned_source``: a third, the
         #: function over the pinned Kafka source)
         self.names = (*WAYS, *((PinnedSourceAffinityWay.name,) if pinned_source else ()))
+        if only:  # one way alone (e.g. its memory measured with nothing else in the application)
+            if not set(only) <= set(self.names):
+                raise ValueError(
+                    f"only: {sorted(set(only) - set(self.names))} not among {self.names}"
+                )
+            self.names = tuple(n for n in self.names if n in only)
         self.workdir, self.source, self.tasks, self.note = workdir, source, tasks, note
         self.processor = processor
         self.executor_memory = executor_memory
@@ -126,7 +133,7 @@ class StreamingRace:
             self.source.folder(name).mkdir(parents=True, exist_ok=True)
         self.note("starting ZooKeeper ...")
         self.zookeeper.start()
-        self.ways = self._ways()
+        self.ways = {name: way for name, way in self._ways().items() if name in self.names}
         self.note("starting the Spark cluster (master + 3 workers) ...")
         self.cluster.start()
         self._start_application()
