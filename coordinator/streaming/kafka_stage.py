@@ -63,8 +63,9 @@ def partition_tasks(
     tasks = [task_of.get(p) if p is not None else None for p in partitions]
     strays = [str(p) for p, t in zip(partitions, tasks, strict=True) if t is None]
     if strays or len(set(tasks)) != len(tasks):
+        shown = strays[:4] + ([f"... {len(strays) - 4} more"] if len(strays) > 4 else [])
         raise KafkaLayoutError(
-            f"the batch's partitions {strays or 'repeat a Kafka partition'} are not one per task "
+            f"the batch's partitions {shown or 'repeat a Kafka partition'} are not one per task "
             f"of the job ({len(layout.topics)} topic(s) of {layout.partitions} partitions, "
             f"elasticity factor {layout.factor}): read the stream with "
             f'.option("{TASKS_OPTION}", {layout.factor}) (one input partition per task: every '

@@ -56,6 +56,12 @@ def test_partitions_not_one_per_task_are_refused_naming_the_option(
         partition_tasks(tasks, partitions)
 
 
+def test_a_refusal_names_a_few_of_the_partitions() -> None:
+    many = [KafkaPartition("a", p) for p in range(3)] * 3
+    with pytest.raises(KafkaLayoutError, match=r"'a-0', '\.\.\. 5 more'\]"):
+        partition_tasks(layout(3, 1), many)
+
+
 def test_the_placement_names_each_task_group_and_without_buckets_its_partitions() -> None:
     location = {"Partition 0-0-2": "e1", "Partition 0-1-2": "e2"}
     virtual = KafkaLayout(("a",), 1, 2, {"Partition 0-0-2": (0, 0), "Partition 0-1-2": (0, 1)})
