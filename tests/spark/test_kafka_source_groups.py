@@ -36,6 +36,7 @@ from locality.spark.kafka_source import (
     clear_placement,
     planned_locations,
     source_partitions,
+    source_ranges,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -152,20 +153,26 @@ def reference(servers: str, topics: list[str], ends: dict[int, dict[str, int]]) 
     return expected
 
 
-def probe_partitions(app: SparkApp, servers: str, topics: list[str], tmp: Path) -> list[Any]:
-    """What each Spark partition of the source's first batch reads, with ``minPartitions`` 16
-    and no grouping option (a plain ``foreachBatch``)."""
+def probe(app: SparkApp, servers: str, topics: list[str], tmp: Path, **options: str) -> Any:
+    """What each Spark partition of the source's first batch reads with ``minPartitions`` 16
+    and ``options``, and each topic-partition's range (a plain ``foreachBatch``)."""
     assert app.session is not None
     seen: list[Any] = []
-    query = (
+    reader = (
         app.session.readStream.format(KAFKA_FORMAT)
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
         .option("minPartitions", 16)
-        .load()
-        .writeStream.foreachBatch(lambda df, _: seen.append(source_partitions(df)))
-        .option("checkpointLocation", str(tmp / "probe"))
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(
+            lambda df, _: seen.append((source_partitions(df), source_ranges(df)))
+        )
+        .option("checkpointLocation", str(tmp / f"probe-{len(options)}"))
         .trigger(availableNow=True)
         .start()
     )
@@ -184,8 +191,12 @@ def test_co_partitioned_topics_under_min_partitions_run_one_task_per_partition(
     topics = sorted([kafka_topic(PARTITIONS), kafka_topic(PARTITIONS)])
     produce(kafka_broker, topics[0], 0, 1200)
     produce(kafka_broker, topics[1], 5000, 600)
-    split = probe_partitions(app, servers, topics, tmp_path)
+    split, _ = probe(app, servers, topics, tmp_path)
     assert len(split) >= 16 and len(set(split)) == 2 * PARTITIONS  # Kafka split each partition
+    grouped, ranges = probe(app, servers, topics, tmp_path, **{TASKS_OPTION: "1"})
+    assert grouped == [PartitionGroup(p, 0, 1) for p in range(PARTITIONS)]  # one per task
+    ends = {p: (0, end) for t in topics for p, end in end_offsets(servers, [t]).items()}
+    assert ranges == ends  # each topic-partition's splits merged
 
     config = job_config(zk_server, tmp_path, topics, PARTITIONS, 1)
     stream = Stream(app, servers, topics, config)
