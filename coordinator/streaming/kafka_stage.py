@@ -1,6 +1,10 @@
 """One micro-batch of the pinned Kafka source run with no shuffle: the batch's partitions are the
 tasks already (``readStream.format("affinity-kafka")``, a job whose tasks own Kafka partitions:
-:class:`~coordinator.streaming.kafka_layout.KafkaLayout`, one key bucket per partition).
+:class:`~coordinator.streaming.kafka_layout.KafkaLayout`). Over one topic without key buckets
+each of Kafka's input partitions is a task's; with several co-partitioned topics, key buckets
+(elasticity factor f > 1) or ``minPartitions``, the source's option ``affinity.tasksPerPartition``
+(f) makes each input partition a task's group (:class:`~locality.spark.kafka_source.PartitionGroup`:
+partition p of every topic, every split, key bucket b), placed on the task's executor.
 
 :func:`run_partitioned_stage`:
 
@@ -17,49 +21,68 @@ tasks already (``readStream.format("affinity-kafka")``, a job whose tasks own Ka
    exactly as after the pinned shuffle (:func:`coordinator.streaming.stage.run_placed`).
 
 The rows never leave the executor that read them: no exchange, no shuffle bytes. The state keeps
-the key groups of the Kafka layout (task ``Partition p``: key group ``p``), as the Kafka query's.
+the key groups of the Kafka layout (task ``Partition p-b-f``: key group ``p x f + b``), as the Kafka
+query's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
 from coordinator.streaming.stage import BatchPlan, StageRun, run_placed, stage_schemas, task_runner
 from locality.spark.kafka import KafkaPartition
-from locality.spark.kafka_source import set_placement
+from locality.spark.kafka_source import (
+    TASKS_OPTION,
+    PartitionGroup,
+    SourcePart,
+    set_placement,
+)
 from locality.spark.pinned_shuffle import pin_partitions
 from locality.spark.pinning import job_description, resolve_locations
 from locality.spark.state import QuerySpec
 from locality.spark.state.pinned_task import GROUP_COLUMN
 
-__all__ = ["partition_tasks", "run_partitioned_stage"]
+__all__ = ["partition_tasks", "placement", "run_partitioned_stage"]
 
 
 def partition_tasks(
-    layout: KafkaLayout, partitions: Sequence[KafkaPartition | None]
+    layout: KafkaLayout, partitions: Sequence[SourcePart | None]
 ) -> tuple[str, ...]:
-    """The task of each of a batch's Spark partitions (each reads one Kafka partition), or
+    """The task of each of a batch's Spark partitions (each reads one Kafka partition, or one
+    task's group under the source's option ``affinity.tasksPerPartition``), or
     :class:`KafkaLayoutError` saying why the batch's partitions are not the layout's tasks."""
-    if layout.factor != 1 or len(layout.topics) != 1:
-        raise KafkaLayoutError(
-            f"the job's tasks read {len(layout.topics)} topic(s) with elasticity factor "
-            f"{layout.factor}: a batch runs without a shuffle when each task owns one partition "
-            "of one topic"
-        )
-    task_of = {KafkaPartition(layout.topics[0], p): t for t, (p, _) in layout.tasks.items()}
+    task_of: dict[SourcePart, str] = {
+        PartitionGroup(p, b, layout.factor): t for t, (p, b) in layout.tasks.items()
+    }
+    if layout.factor == 1 and len(layout.topics) == 1:
+        task_of |= {KafkaPartition(layout.topics[0], p): t for t, (p, _) in layout.tasks.items()}
     tasks = [task_of.get(p) if p is not None else None for p in partitions]
     strays = [str(p) for p, t in zip(partitions, tasks, strict=True) if t is None]
     if strays or len(set(tasks)) != len(tasks):
+        shown = strays[:4] + ([f"... {len(strays) - 4} more"] if len(strays) > 4 else [])
         raise KafkaLayoutError(
-            f"the batch's partitions {strays or 'repeat a Kafka partition'} are not one per "
-            f"task of topic {layout.topics[0]!r} with {layout.partitions} partitions (no "
-            "minPartitions, one topic, the job config's partition count)"
+            f"the batch's partitions {shown or 'repeat a Kafka partition'} are not one per task "
+            f"of the job ({len(layout.topics)} topic(s) of {layout.partitions} partitions, "
+            f"elasticity factor {layout.factor}): read the stream with "
+            f'.option("{TASKS_OPTION}", {layout.factor}) (one input partition per task: every '
+            "topic's partition p, every minPartitions split, each key bucket)"
         )
     return tuple(t for t in tasks if t is not None)
+
+
+def placement(layout: KafkaLayout, location: Mapping[str, str]) -> dict[SourcePart, str]:
+    """The source's placement from each task's ``location``: its group's key, and without key
+    buckets its partition of every topic too (read either way)."""
+    placed: dict[SourcePart, str] = {}
+    for task, (p, b) in layout.tasks.items():
+        placed[PartitionGroup(p, b, layout.factor)] = location[task]
+        if layout.factor == 1:
+            placed |= {KafkaPartition(topic, p): location[task] for topic in layout.topics}
+    return placed
 
 
 def run_partitioned_stage(
@@ -68,7 +91,7 @@ def run_partitioned_stage(
     layout: KafkaLayout,
     plan: BatchPlan,
     output_schema: Any,
-    partitions: Sequence[KafkaPartition | None],
+    partitions: Sequence[SourcePart | None],
     *,
     locality_wait: str | None,
     deliver: Callable[..., int] | None = None,
@@ -81,11 +104,7 @@ def run_partitioned_stage(
     read = partition_tasks(layout, partitions)
     preferred, unplaceable = resolve_locations(plan.placement, plan.tasks, plan.executors)
     location = {task: (preferred[task] or [""])[0] for task in plan.tasks}
-    topic = layout.topics[0]
-    set_placement(
-        df.sparkSession,
-        {KafkaPartition(topic, p): location[t] for t, (p, _) in layout.tasks.items()},
-    )
+    set_placement(df.sparkSession, placement(layout, location))
     idle = tuple(task for task in plan.tasks if task not in read)
     frame = df.union(_empty_partitions(df, [location[t] for t in idle])) if idle else df
     order = (*read, *idle)

@@ -17,10 +17,11 @@ Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, bat
    max_parallelism``), each task runs on its executor, opens its state (memory, the host's local
    copy, or a restore), calls the function per key and checkpoints the batch; the driver gets
    one result row per task (its checkpoint token), never the batch's rows. When the job's
-   input is a Kafka topic whose partitions its tasks own (``group-by-partition``, no key
-   buckets) and the stream is the pinned Kafka source (``format("affinity-kafka")``), there is
-   no shuffle: each task runs where its partition is read, keeping key group p for partition p
-   (:mod:`coordinator.streaming.kafka_stage`);
+   inputs are Kafka topics whose partitions its tasks own (``group-by-partition``:
+   co-partitioned topics, key buckets too) and the stream is the pinned Kafka source
+   (``format("affinity-kafka")``; with several topics, key buckets or ``minPartitions``, its
+   option ``affinity.tasksPerPartition``), there is no shuffle: each task runs where its
+   partition is read, keeping key group p x f + b (:mod:`coordinator.streaming.kafka_stage`);
 6. ``sink(df, batch_id)`` gets the output rows where the tasks produced them, then the batch is
    committed (the tasks' checkpoint tokens) and task locality is written where each task ran;
    with ``output_topic=``, the output goes to a Kafka topic too, exactly once by default
@@ -48,7 +49,7 @@ from coordinator.streaming.initial_state import InitialState
 from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
 from coordinator.streaming.kafka_offsets import OffsetsBehindError, spark_batch_offsets
 from coordinator.streaming.kafka_progress import KafkaProgress
-from coordinator.streaming.kafka_stage import run_partitioned_stage
+from coordinator.streaming.kafka_stage import partition_tasks, run_partitioned_stage
 from coordinator.streaming.options import QueryOptions
 from coordinator.streaming.routing import check_key_columns
 from coordinator.streaming.runtime import (
@@ -62,7 +63,7 @@ from coordinator.streaming.stage import BatchPlan, StageRun, run_pinned_stage
 from groupers import get_ssp_grouper
 from locality.spark.jvm import JvmClassesMissing, require_classes
 from locality.spark.kafka import KafkaClientConfig, KafkaPartition, as_client_config
-from locality.spark.kafka_source import source_partitions, source_ranges
+from locality.spark.kafka_source import SourcePart, source_partitions, source_ranges
 from locality.spark.state import EventTime, EventTimeError
 from locality.spark.state.keyspace import KeySpace, key_text
 
@@ -146,6 +147,7 @@ class StatefulQuery(QueryRuntime):
         partitions = self._kafka_partitions(df, sc)
         if partitions is not None:
             self._follow_partitions(sc, partitions)
+            self._check_tasks(partitions)
         groups = self.keyspace.key_groups() if partitions is None else self._layout().key_groups()
         begun = self.begin(sc, batch, groups)
         offsets = self._offsets(df, begun.plan) if partitions is not None else None
@@ -154,17 +156,17 @@ class StatefulQuery(QueryRuntime):
         self._largest_task = max((r.rows_in for r in stage.results.values()), default=0)
         return self.finish(sc, begun, stage, offsets=offsets)
 
-    def _task_rows(self, df: Any, partitions: list[KafkaPartition | None] | None) -> int | None:
+    def _task_rows(self, df: Any, partitions: list[SourcePart | None] | None) -> int | None:
         """The most rows a task may read in the batch: over the pinned Kafka source its
-        partition's records in the batch (Spark's plan); else the largest task of the previous
-        batch (None: none yet). A task may read more than ``spark.affinity.task.streamRows``
-        streams them (:func:`coordinator.streaming.stage.run_placed`)."""
+        partition's records of every topic in the batch (Spark's plan); else the largest task of
+        the previous batch (None: none yet). A task may read more than
+        ``spark.affinity.task.streamRows`` streams them (:func:`run_placed` of
+        :mod:`coordinator.streaming.stage`)."""
         if partitions is None:
             return self._largest_task
-        ranges = source_ranges(df) or {}
-        return max((until - start for start, until in ranges.values()), default=0)
+        return largest_task_rows(source_ranges(df) or {})
 
-    def _follow_partitions(self, sc: Any, partitions: list[KafkaPartition | None]) -> None:
+    def _follow_partitions(self, sc: Any, partitions: list[SourcePart | None]) -> None:
         """A batch reading a partition past the job config's count: the topic grew, and each
         partition added is a task the embedded coordinator places (as for the Kafka query)."""
         now = 1 + max((p.partition for p in partitions if p is not None), default=-1)
@@ -172,6 +174,15 @@ class StatefulQuery(QueryRuntime):
             sc, self._layout().partitions, now
         ):
             self.kafka_layout = _kafka_layout(self.config)
+
+    def _check_tasks(self, partitions: list[SourcePart | None]) -> None:
+        """Refuse, before any state is touched, a batch whose partitions are not one per task
+        (e.g. several topics, key buckets or ``minPartitions`` without the source's option
+        ``affinity.tasksPerPartition``)."""
+        try:
+            partition_tasks(self._layout(), partitions)
+        except KafkaLayoutError as exc:
+            raise StreamingUsageError(str(exc)) from None
 
     def _offsets(self, df: Any, plan: BatchPlan) -> dict[str, int]:
         """The next offset of every partition after this batch, for its commit record; refused
@@ -183,7 +194,7 @@ class StatefulQuery(QueryRuntime):
         except OffsetsBehindError as exc:
             raise StreamingUsageError(f"batch {plan.batch}: {exc}") from None
 
-    def _kafka_partitions(self, df: Any, sc: Any) -> list[KafkaPartition | None] | None:
+    def _kafka_partitions(self, df: Any, sc: Any) -> list[SourcePart | None] | None:
         """The Kafka partition each partition of ``df`` reads, when the batch runs with no
         shuffle: the job's tasks own Kafka partitions and ``df`` is the pinned source's."""
         if self.kafka_layout is None or self.data_path != "pinned-shuffle":
@@ -242,7 +253,7 @@ class StatefulQuery(QueryRuntime):
                 raise StreamingUsageError(str(exc)) from None
 
     def _run_stage(
-        self, df: Any, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
+        self, df: Any, plan: BatchPlan, partitions: list[SourcePart | None] | None
     ) -> StageRun:
         deliver = self.output.deliver if self.output is not None else None
         initial = self._initial_state(plan, partitions)
@@ -269,7 +280,7 @@ class StatefulQuery(QueryRuntime):
             ) from exc
 
     def _initial_state(
-        self, plan: BatchPlan, partitions: list[KafkaPartition | None] | None
+        self, plan: BatchPlan, partitions: list[SourcePart | None] | None
     ) -> InitialState | None:
         """The initial state if this batch applies it: only when it starts from no commit
         (:mod:`coordinator.streaming.initial_state`)."""
@@ -318,21 +329,30 @@ def check_event_time_column(schema: Any, column: str) -> str | None:
     return None
 
 
+def largest_task_rows(ranges: dict[KafkaPartition, tuple[int, int]]) -> int:
+    """The most records one task reads in a batch of ``ranges``: its partition number's, summed
+    over the topics (a key bucket reads no more than that)."""
+    rows: dict[int, int] = {}
+    for partition, (start, until) in ranges.items():
+        rows[partition.partition] = rows.get(partition.partition, 0) + until - start
+    return max(rows.values(), default=0)
+
+
 def _kafka_layout(config: JobConfig) -> KafkaLayout | None:
-    """The tasks' Kafka partitions when the job's input is a Kafka topic whose partitions its
-    tasks own, one each (``group-by-partition`` with no key buckets); None otherwise."""
+    """The tasks' Kafka partitions and key buckets when the job's inputs are Kafka topics of one
+    partition count whose partitions its tasks own (``group-by-partition``); None otherwise."""
     inputs = config.stream_inputs()
-    if len(inputs) != 1 or inputs[0].system != "kafka":
+    counts = {i.partitions for i in inputs}
+    if not inputs or any(i.system != "kafka" for i in inputs) or len(counts) != 1:
         return None
     options = dict(config.ssp_grouper.options)
     tasks = get_ssp_grouper(config.ssp_grouper.name, **options).group(inputs)
     try:
-        layout = KafkaLayout.of(
-            tasks, [inputs[0].stream], inputs[0].partitions, config.state.max_parallelism
+        return KafkaLayout.of(
+            tasks, [i.stream for i in inputs], counts.pop(), config.state.max_parallelism
         )
     except KafkaLayoutError:
         return None
-    return layout if layout.factor == 1 else None  # key buckets: the shuffle routes by key
 
 
 def _keyspace(config: JobConfig) -> KeySpace:

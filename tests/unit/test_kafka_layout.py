@@ -134,7 +134,7 @@ def test_a_pinned_source_batch_maps_each_spark_partition_to_its_task() -> None:
         with pytest.raises(KafkaLayoutError, match=why):
             partition_tasks(plain, batch)
     for other in (layout(4, 2, topics=("a",)), layout(4, 1)):  # key buckets; two topics
-        with pytest.raises(KafkaLayoutError, match="one partition of one topic"):
+        with pytest.raises(KafkaLayoutError, match=r"affinity\.tasksPerPartition"):
             partition_tasks(other, read)
 
 
@@ -161,7 +161,8 @@ def test_stateful_foreach_batch_runs_without_a_shuffle_only_over_a_kafka_layout(
     kafka = handler("kafka", "group-by-partition").kafka_layout
     assert kafka is not None and kafka.key_groups() == {f"Partition {p}": (p,) for p in range(4)}
     assert handler("spark", "group-by-partition").kafka_layout is None
-    assert handler("kafka", "group-by-partition", factor=2).kafka_layout is None  # buckets
+    buckets = handler("kafka", "group-by-partition", factor=2).kafka_layout  # virtual tasks
+    assert buckets is not None and buckets.factor == 2 and len(buckets.tasks) == 8
 
 
 def test_partitions_can_be_added_under_an_embedded_coordinator_never_removed() -> None:

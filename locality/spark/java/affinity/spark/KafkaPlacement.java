@@ -33,6 +33,18 @@ public final class KafkaPlacement {
     return topic + ":" + partition;
   }
 
+  /** What an affinity task's group key starts with (no Kafka topic name has an '@'). */
+  public static final String GROUP_MARK = "@";
+
+  /**
+   * The key of an affinity task's input partition (the source's {@code
+   * affinity.tasksPerPartition} option): {@code @p:b:f}, partition number p of every topic,
+   * key bucket b of elasticity factor f.
+   */
+  public static String groupKey(int partition, int bucket, int factor) {
+    return GROUP_MARK + partition + ":" + bucket + ":" + factor;
+  }
+
   /** Replace the placement of the topic-partitions in {@code locations} (others are kept). */
   public static void set(Map<String, String> locations) {
     LOCATIONS.putAll(locations);
@@ -70,7 +82,8 @@ public final class KafkaPlacement {
 
   /**
    * As {@link #partitionKeys}, each entry {@code topic:partition:from:until}: the offsets of the
-   * records the partition reads in the batch.
+   * records the partition reads in the batch; an affinity task's group (key {@link #groupKey})
+   * has one such range per topic-partition it reads, comma separated.
    */
   public static String[] partitionRanges(RDD<?> rdd) {
     return partitionFacts(rdd, true);
@@ -117,7 +130,7 @@ public final class KafkaPlacement {
   private static void collectKeys(Object held, List<String> into, boolean ranges) {
     if (held instanceof PinnedStream.PinnedPartition) {
       PinnedStream.PinnedPartition pinned = (PinnedStream.PinnedPartition) held;
-      into.add(ranges ? pinned.key + ":" + pinned.range : pinned.key);
+      into.add(ranges ? pinned.ranges : pinned.key);
     } else if (held instanceof scala.Option) {
       scala.Option<?> option = (scala.Option<?>) held;
       if (option.isDefined()) {

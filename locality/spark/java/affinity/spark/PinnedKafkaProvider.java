@@ -21,7 +21,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@code spark.readStream.format("affinity-kafka")}: Spark's own Kafka source
  * ({@code org.apache.spark.sql.kafka010.KafkaSourceProvider}, every option of {@code
  * format("kafka")}) whose micro-batch input partitions prefer the executor {@link
- * KafkaPlacement} names for their topic-partition ({@link PinnedStream}).
+ * KafkaPlacement} names for their topic-partition ({@link PinnedStream}); with the option
+ * {@code affinity.tasksPerPartition}, one input partition per affinity task instead.
  *
  * <p>Only public DataSource V2 interfaces: the provider, table, scan builder and scan delegate to
  * Kafka's; the micro-batch stream is wrapped. Kafka's classes are loaded by name when the source
@@ -117,17 +118,20 @@ public final class PinnedKafkaProvider implements TableProvider, DataSourceRegis
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+      int factor = PinnedStream.tasksPerPartition(options.get(PinnedStream.TASKS_OPTION));
       ScanBuilder builder = kafka.newScanBuilder(options);
-      return () -> new PinnedScan(builder.build());
+      return () -> new PinnedScan(builder.build(), factor);
     }
   }
 
   /** Kafka's scan, its micro-batch stream pinned. */
   static final class PinnedScan implements Scan {
     private final Scan kafka;
+    private final int factor;
 
-    PinnedScan(Scan kafka) {
+    PinnedScan(Scan kafka, int factor) {
       this.kafka = kafka;
+      this.factor = factor;
     }
 
     @Override
@@ -142,7 +146,7 @@ public final class PinnedKafkaProvider implements TableProvider, DataSourceRegis
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-      return PinnedStream.wrap(kafka.toMicroBatchStream(checkpointLocation));
+      return PinnedStream.wrap(kafka.toMicroBatchStream(checkpointLocation), factor);
     }
 
     @Override

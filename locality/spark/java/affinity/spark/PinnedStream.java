@@ -5,8 +5,13 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
 import java.lang.reflect.Proxy;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -29,6 +34,11 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *   <li>{@code createReaderFactory()}: Kafka's factory, given back Kafka's partitions.
  * </ul>
  *
+ * With {@code tasksPerPartition} f (the source's option {@value #TASKS_OPTION}), the input
+ * partitions are the affinity tasks' instead ({@link #group}): Kafka's input partitions of
+ * partition number p (of every topic, every {@code minPartitions} split) in one, f copies of it,
+ * copy b reading key bucket b only ({@link GroupedReader}), each placed on its own.
+ * *
  * Offsets, the offset log, commit and latest offsets are all Kafka's. Real-time mode (Spark
  * 4.1's {@code SupportsRealTimeMode}) is not passed on: a micro-batch stream only.
  */
@@ -39,13 +49,41 @@ final class PinnedStream implements InvocationHandler {
   private static final String STREAMING = "org.apache.spark.sql.connector.read.streaming";
   private static final String REAL_TIME = STREAMING + ".SupportsRealTimeMode";
 
-  private final MicroBatchStream kafka;
+  /**
+   * The source's option that plans one input partition per affinity task (unset: one per
+   * Kafka input partition): the SEP-32 elasticity factor f, a power of two, 1 without key
+   * buckets.
+   */
+  static final String TASKS_OPTION = "affinity.tasksPerPartition";
 
-  private PinnedStream(MicroBatchStream kafka) {
+  private final MicroBatchStream kafka;
+  private final int factor; // 0: Kafka's input partitions, one each
+
+  private PinnedStream(MicroBatchStream kafka, int factor) {
     this.kafka = kafka;
+    this.factor = factor;
   }
 
-  static MicroBatchStream wrap(MicroBatchStream kafka) {
+  /** {@code value} of {@link #TASKS_OPTION} checked (null: 0, not grouped). */
+  static int tasksPerPartition(String value) {
+    if (value == null) {
+      return 0;
+    }
+    int factor;
+    try {
+      factor = Integer.parseInt(value.trim());
+    } catch (NumberFormatException e) {
+      factor = -1;
+    }
+    if (factor < 1 || (factor & (factor - 1)) != 0) {
+      throw new IllegalArgumentException(
+          PinnedKafkaProvider.NAME + ": option " + TASKS_OPTION + " must be a power of two >= 1 "
+              + "(the job's elasticity factor), got '" + value + "'");
+    }
+    return factor;
+  }
+
+  static MicroBatchStream wrap(MicroBatchStream kafka, int factor) {
     Set<Class<?>> interfaces = new LinkedHashSet<>();
     interfaces.add(MicroBatchStream.class);
     collect(kafka.getClass(), interfaces);
@@ -53,7 +91,7 @@ final class PinnedStream implements InvocationHandler {
         Proxy.newProxyInstance(
             PinnedStream.class.getClassLoader(),
             interfaces.toArray(new Class<?>[0]),
-            new PinnedStream(kafka));
+            new PinnedStream(kafka, factor));
   }
 
   /** The public streaming read interfaces of {@code type} and its superclasses. */
@@ -80,7 +118,8 @@ final class PinnedStream implements InvocationHandler {
         return MARK + kafka;
       case "planInputPartitions":
         if (arity == 2) {
-          return pin((InputPartition[]) call(method, args));
+          InputPartition[] planned = (InputPartition[]) call(method, args);
+          return factor == 0 ? pin(planned) : group(planned, factor);
         }
         break;
       case "createReaderFactory":
@@ -102,10 +141,58 @@ final class PinnedStream implements InvocationHandler {
   static InputPartition[] pin(InputPartition[] partitions) {
     InputPartition[] pinned = new InputPartition[partitions.length];
     for (int i = 0; i < partitions.length; i++) {
+      String key = topicPartition(partitions[i]);
       pinned[i] =
-          new PinnedPartition(partitions[i], topicPartition(partitions[i]), range(partitions[i]));
+          new PinnedPartition(
+              new InputPartition[] {partitions[i]}, key, key + ":" + range(partitions[i]), 0, 1);
     }
     return pinned;
+  }
+
+  /**
+   * The affinity tasks' input partitions: per Kafka partition number p (ascending), Kafka's input
+   * partitions of p (every topic, every split) in one, {@code factor} copies of it, copy b keyed
+   * {@link KafkaPlacement#groupKey}{@code (p, b, factor)}; its ranges are each topic-partition's,
+   * its splits' merged ({@link #mergedRanges}).
+   */
+  static InputPartition[] group(InputPartition[] partitions, int factor) {
+    Map<Integer, List<InputPartition>> byNumber = new TreeMap<>();
+    for (InputPartition partition : partitions) {
+      String key = topicPartition(partition);
+      int number = Integer.parseInt(key.substring(key.lastIndexOf(':') + 1));
+      byNumber.computeIfAbsent(number, n -> new ArrayList<>()).add(partition);
+    }
+    List<InputPartition> grouped = new ArrayList<>();
+    for (Map.Entry<Integer, List<InputPartition>> entry : byNumber.entrySet()) {
+      InputPartition[] members = entry.getValue().toArray(new InputPartition[0]);
+      String ranges = mergedRanges(members);
+      for (int bucket = 0; bucket < factor; bucket++) {
+        String key = KafkaPlacement.groupKey(entry.getKey(), bucket, factor);
+        grouped.add(new PinnedPartition(members, key, ranges, bucket, factor));
+      }
+    }
+    return grouped.toArray(new InputPartition[0]);
+  }
+
+  /**
+   * {@code topic:partition:from:until} of each topic-partition {@code members} read, comma
+   * separated: the smallest {@code from} and largest {@code until} of its splits (Kafka splits a
+   * topic-partition's range into adjoining ones).
+   */
+  static String mergedRanges(InputPartition[] members) {
+    Map<String, long[]> merged = new LinkedHashMap<>();
+    for (InputPartition member : members) {
+      String[] range = range(member).split(":");
+      long from = Long.parseLong(range[0]);
+      long until = Long.parseLong(range[1]);
+      merged.merge(
+          topicPartition(member),
+          new long[] {from, until},
+          (a, b) -> new long[] {Math.min(a[0], b[0]), Math.max(a[1], b[1])});
+    }
+    List<String> ranges = new ArrayList<>();
+    merged.forEach((key, r) -> ranges.add(key + ":" + r[0] + ":" + r[1]));
+    return String.join(",", ranges);
   }
 
   /** {@code topic:partition} of one of Kafka's input partitions (its offset range's). */
@@ -139,22 +226,34 @@ final class PinnedStream implements InvocationHandler {
   }
 
   /**
-   * One of Kafka's input partitions, preferring the location {@link KafkaPlacement} names for its
-   * topic-partition when the scheduler asks (on the driver, when a job over it is submitted: a
-   * placement set after the batch was planned, e.g. in {@code foreachBatch}, still applies), else
-   * Kafka's own preference.
+   * One of Kafka's input partitions ({@link #pin}: its key {@code topic:partition}), or an
+   * affinity task's group of them ({@link #group}: its key {@link KafkaPlacement#groupKey}),
+   * preferring the location {@link KafkaPlacement} names for its key when the scheduler asks (on
+   * the driver, when a job over it is submitted: a placement set after the batch was planned,
+   * e.g. in {@code foreachBatch}, still applies), else Kafka's own preference (its first
+   * member's).
    */
   static final class PinnedPartition implements InputPartition {
     private static final long serialVersionUID = 1L;
 
-    final InputPartition kafka;
+    final InputPartition[] kafka;
     final String key;
-    final String range;
+    /** {@code topic:partition:from:until} of each topic-partition read, comma separated. */
+    final String ranges;
+    final int bucket;
+    final int factor;
 
-    PinnedPartition(InputPartition kafka, String key, String range) {
+    PinnedPartition(InputPartition[] kafka, String key, String ranges, int bucket, int factor) {
       this.kafka = kafka;
       this.key = key;
-      this.range = range;
+      this.ranges = ranges;
+      this.bucket = bucket;
+      this.factor = factor;
+    }
+
+    /** Whether this is an affinity task's group ({@link #group}), not one Kafka partition. */
+    boolean grouped() {
+      return key.startsWith(KafkaPlacement.GROUP_MARK);
     }
 
     @Override
@@ -162,7 +261,7 @@ final class PinnedStream implements InvocationHandler {
       String location = KafkaPlacement.locationOf(key);
       String[] locations =
           location == null || location.isEmpty()
-              ? kafka.preferredLocations()
+              ? kafka[0].preferredLocations()
               : new String[] {location};
       KafkaPlacement.recordPlanned(key, locations.length == 0 ? "" : locations[0]);
       return locations;
@@ -170,11 +269,11 @@ final class PinnedStream implements InvocationHandler {
 
     @Override
     public String toString() {
-      return "Pinned(" + key + ")[" + kafka + "]";
+      return "Pinned(" + key + ")" + java.util.Arrays.toString(kafka);
     }
   }
 
-  /** Kafka's reader factory, given Kafka's own partitions back. */
+  /** Kafka's reader factory, given Kafka's own partitions back (a group's: one after another). */
   static final class Factory implements PartitionReaderFactory {
     private static final long serialVersionUID = 1L;
 
@@ -185,11 +284,21 @@ final class PinnedStream implements InvocationHandler {
     }
 
     private static InputPartition unwrap(InputPartition partition) {
-      return partition instanceof PinnedPartition ? ((PinnedPartition) partition).kafka : partition;
+      return partition instanceof PinnedPartition
+          ? ((PinnedPartition) partition).kafka[0]
+          : partition;
+    }
+
+    private static boolean grouped(InputPartition partition) {
+      return partition instanceof PinnedPartition && ((PinnedPartition) partition).grouped();
     }
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
+      if (grouped(partition)) {
+        PinnedPartition group = (PinnedPartition) partition;
+        return new GroupedReader(kafka, group.kafka, group.bucket, group.factor);
+      }
       return kafka.createReader(unwrap(partition));
     }
 
@@ -200,7 +309,7 @@ final class PinnedStream implements InvocationHandler {
 
     @Override
     public boolean supportColumnarReads(InputPartition partition) {
-      return kafka.supportColumnarReads(unwrap(partition));
+      return !grouped(partition) && kafka.supportColumnarReads(unwrap(partition));
     }
   }
 }
