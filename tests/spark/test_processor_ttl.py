@@ -17,12 +17,13 @@ record exists for that): the comparison is exact, whatever the machine's load. T
 emits the processing time it was given, so the equality of the outputs also shows the times
 were the same.
 
-**Why expiry cannot flake.** Spark's run waits :data:`LONG_GAP_S` (6 s) before writing the file
-of each batch in :data:`EXPIRING`: that batch's timestamp is taken after its file exists, so
-more than 6 s after the previous batch's (which was done before the wait) -- every short-TTL
-entry (4 s) written earlier has expired by then, however slow the machine. The hour-long TTL
-never expires within the test. Whether a short-TTL entry survives between the quick batches
-depends on the machine, but not the comparison: both runs see the same times, and both are
+**Why expiry cannot flake.** Spark's run waits :data:`LONG_GAP_S` (12 s) before writing the
+file of each batch in :data:`EXPIRING`: that batch's timestamp is taken after its file exists,
+so more than 12 s after the previous batch's (which was done before the wait) -- every
+short-TTL entry (10 s) written earlier has expired by then, however slow the machine. The
+hour-long TTL never expires within the test. Whether a short-TTL entry survives between the
+quick batches depends on the machine (they are usually 2 to 5 s apart, the first batch's
+Python worker start aside), but not the comparison: both runs see the same times, and both are
 checked against :func:`reference`, computed from those times.
 """
 
@@ -53,9 +54,9 @@ pytestmark = pytest.mark.spark
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 OUTPUT = "user string, fresh string, known string, last long, at long"
-SHORT_MS = 4_000  # the TTL that expires between batches
+SHORT_MS = 10_000  # the TTL that expires between batches
 HOUR_MS = 3_600_000  # the TTL that never does here
-LONG_GAP_S = 6.0  # Spark's run waits this long before each batch of EXPIRING
+LONG_GAP_S = 12.0  # Spark's run waits this long before each batch of EXPIRING
 EXPIRING = (2, 4)  # batches before which every short-TTL entry has expired
 
 Row = tuple[str, str, str, int, int]
