@@ -316,11 +316,18 @@ def _event_time(option: Any, data_path: str) -> EventTime | None:
 
 def check_event_time_column(schema: Any, column: str) -> str | None:
     """Why ``column`` cannot be the stream's event time (None: it can): as ``withWatermark``,
-    it must be a timestamp column."""
+    it must be a timestamp column; a ``timestamp_ntz`` is refused by name, as Spark 4's
+    ``withWatermark`` refuses it (``EVENT_TIME_IS_NOT_ON_TIMESTAMP_TYPE``)."""
     found = [f for f in schema.fields if f.name == column]
     if not found:
         names = [f.name for f in schema.fields]
         return f"event_time column {column!r} is not a column of the stream {names}"
+    if found[0].dataType.typeName() == "timestamp_ntz":
+        return (
+            f"event_time column {column!r} is a timestamp_ntz, which Spark's withWatermark "
+            f"refuses too: cast it to a timestamp first, e.g. CAST({column} AS TIMESTAMP) in a "
+            "select (read in the session time zone)"
+        )
     if found[0].dataType.typeName() != "timestamp":
         return (
             f"event_time column {column!r} must be a timestamp, found "

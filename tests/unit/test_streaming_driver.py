@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.config import JobConfig, load_config
 from coordinator.streaming import stateful_foreach_batch
-from coordinator.streaming.query import StreamingUsageError, key_text
+from coordinator.streaming.query import StreamingUsageError, check_event_time_column, key_text
 from groupers.keys import key_bucket, stable_hash
 from locality.spark.state import SchemaError
 
@@ -93,6 +93,26 @@ def test_bad_use_is_named(tmp_path: Path) -> None:
     ]
     with pytest.raises(StreamingUsageError, match="exactly one input"):
         handler(config(tmp_path, inputs=two))
+
+
+def test_a_timestamp_ntz_event_time_is_refused_by_name_as_spark_refuses_it() -> None:
+    """Spark 4's withWatermark refuses a timestamp_ntz column (EVENT_TIME_IS_NOT_ON_TIMESTAMP_TYPE):
+    so does event_time=, naming the type and the cast that fixes it."""
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampNTZType, TimestampType
+
+    schema = StructType(
+        [
+            StructField("at", TimestampType()),
+            StructField("local", TimestampNTZType()),
+            StructField("t", LongType()),
+        ]
+    )
+    assert check_event_time_column(schema, "at") is None
+    problem = check_event_time_column(schema, "local")
+    assert problem is not None
+    assert "'local' is a timestamp_ntz" in problem and "CAST(local AS TIMESTAMP)" in problem
+    assert "must be a timestamp, found bigint" in str(check_event_time_column(schema, "t"))
+    assert "not a column of the stream" in str(check_event_time_column(schema, "nope"))
 
 
 def test_tasks_that_own_kafka_partitions_need_no_key_space_over_the_pinned_source(
