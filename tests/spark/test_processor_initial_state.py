@@ -7,7 +7,7 @@ state is applied once (a key seeded by it first seen after the restart carries i
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +101,11 @@ def seeded_handler(
     config: JobConfig,
     processor: type[StatefulProcessor] | None = None,
     api: str = "transformWithStateInPandas",
+    initial: Callable[[Any], Any] | None = None,
 ) -> Any:
     """affinity's handler of a new ``processor`` (default :class:`Seeded`) over ``api``; the
-    initial state made in the (possibly restarted) application."""
+    initial state (``initial``, default :func:`initial_state`) made in the (possibly restarted)
+    application."""
     return stateful_processor_foreach_batch(
         (processor or Seeded)(),
         key_columns=["user"],
@@ -111,7 +113,7 @@ def seeded_handler(
         time_mode="ProcessingTime",
         sink=outputs,
         config=config,
-        initial_state=initial_state(session),
+        initial_state=(initial or initial_state)(session),
         api=api,
     )
 

@@ -17,7 +17,7 @@ from pyspark import cloudpickle
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from spark_app import SparkApp
-from test_processor_initial_state import initial_state, rows_of, seeded_handler
+from test_processor_initial_state import INITIAL, INITIAL_SCHEMA, rows_of, seeded_handler
 from test_stateful_processor import (
     BATCHES,
     OUTPUT,
@@ -50,8 +50,11 @@ class RowSeeded(StatefulProcessor):
         self.seeds = handle.getValueState("seeds", "n long")
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
-        self.total.update(((self.total.get() or (0,))[0] + int(initialState.seed),))
-        self.kinds.appendValue((str(initialState.kind),))
+        seed = initialState.seed  # None where the initial state has a null (an int, else)
+        if seed is not None and not isinstance(seed, int):
+            raise TypeError(f"seed {seed!r} is a {type(seed).__name__}, not an int or None")
+        self.total.update(((self.total.get() or (0,))[0] + (seed or 0),))
+        self.kinds.appendValue((str(initialState.kind) + ("?" if seed is None else ""),))
         self.seeds.update(((self.seeds.get() or (0,))[0] + 1,))
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Row]:
@@ -71,8 +74,19 @@ class RowSeeded(StatefulProcessor):
         pass
 
 
+#: The initial state, and a null seed for u4 (first input in batch 2): Spark's Rows give None for
+#: a null integer, as affinity's must (not pandas' NaN).
+ROW_INITIAL = [*INITIAL, ("u4", None, "n")]
+
+
+def row_initial_state(session: Any) -> Any:
+    return session.createDataFrame(ROW_INITIAL, INITIAL_SCHEMA).groupBy("user")
+
+
 def row_handler(session: Any, outputs: Outputs, config: JobConfig) -> Any:
-    return seeded_handler(session, outputs, config, RowSeeded, api="transformWithState")
+    return seeded_handler(
+        session, outputs, config, RowSeeded, api="transformWithState", initial=row_initial_state
+    )
 
 
 def test_a_row_processor_runs_as_spark_runs_it(
@@ -83,13 +97,18 @@ def test_a_row_processor_runs_as_spark_runs_it(
 
     def spark_operator(frame: Any) -> Any:
         return frame.groupBy("user").transformWithState(
-            RowSeeded(), OUTPUT, "Update", "ProcessingTime", initialState=initial_state(app.session)
+            RowSeeded(),
+            OUTPUT,
+            "Update",
+            "ProcessingTime",
+            initialState=row_initial_state(app.session),
         )
 
     expected = spark_reference(app, source, tmp_path / "spark-checkpoint", spark_operator)
     assert sorted(expected) == list(range(BATCHES))
     assert expected[0] == [("u0", "1|k00|0|1"), ("u1", "17|a,b,k01,k02|2|1"),
                            ("u2", "101|c,k03|1|1")]  # fmt: skip
+    assert dict(expected[2])["u4"] == "1|k21,n?|1|1"  # its null seed came as None
 
     config = config_of(zk_server, tmp_path, root="/affinity-row-processor")
     outputs = through_failures(app, spark_cluster, tmp_path, source, config, row_handler)

@@ -28,6 +28,7 @@ from locality.spark.state import (
 from locality.spark.state.keyruns import (
     GROUP_COLUMN,
     UnsortedRowsError,
+    key_runs,
     sort_rows,
     stream_key_runs,
 )
@@ -213,3 +214,33 @@ def test_a_batch_streams_when_a_task_may_read_more_than_the_threshold_or_nobody_
     assert not streams_rows(STREAM_ROWS, STREAM_ROWS)
     assert streams_rows(STREAM_ROWS + 1, STREAM_ROWS)
     assert streams_rows(1, 0) and not streams_rows(0, 0)  # 0: every batch with rows streams
+
+
+def test_row_processors_get_an_integer_column_with_nulls_as_ints_and_none() -> None:
+    """As Spark's Row worker (Arrow's ``as_py``): 3 and None, not pandas' 3.0 and NaN; the pandas
+    API keeps pandas' floats, as Spark's ``transformWithStateInPandas`` gives them."""
+    from locality.spark.state.processor_rows import rows_of
+
+    table = pa.table(
+        {
+            GROUP_COLUMN: pa.array([0, 0], pa.int64()),
+            "user": ["u1", "u1"],
+            "seed": pa.array([3, None], pa.int64()),
+        }
+    )
+    ((_, _, frame),) = key_runs(table, ("user",), ("user", "seed"), row_values=True)
+    seeds = [row.seed for row in rows_of(frame)]
+    assert seeds == [3, None] and type(seeds[0]) is int
+    ((_, _, pandas_frame),) = key_runs(table, ("user",), ("user", "seed"))
+    assert pandas_frame["seed"].dtype == "float64" and math.isnan(pandas_frame["seed"].iloc[1])
+
+
+def test_a_query_of_a_row_processor_asks_for_python_values(tmp_path: Path) -> None:
+    from locality.spark.state.processor import ProcessorFunction
+
+    def spec(rows: bool) -> QuerySpec:
+        store = StoreSpec(DirectoryStateStorage(tmp_path, fsync=False), str(tmp_path), "q", 4)
+        function = ProcessorFunction(object(), "None", rows=rows)
+        return QuerySpec(function, ("user",), ("user",), (), "NoTimeout", store)
+
+    assert spec(True).row_values and not spec(False).row_values

@@ -44,9 +44,15 @@ class UnsortedRowsError(RuntimeError):
 
 
 def stream_key_runs(
-    batches: Iterable[pa.RecordBatch], key_columns: Sequence[str], input_columns: Sequence[str]
+    batches: Iterable[pa.RecordBatch],
+    key_columns: Sequence[str],
+    input_columns: Sequence[str],
+    *,
+    row_values: bool = False,
 ) -> Iterator[KeyRun]:
-    """One run per key of the sorted ``batches`` (module docstring), in the rows' order."""
+    """One run per key of the sorted ``batches`` (module docstring), in the rows' order;
+    ``row_values``: an integer column with nulls keeps Python ints and None (as Arrow's
+    ``as_py``, for Row processors) rather than becoming pandas floats."""
     open_key: tuple[int, tuple[Any, ...]] | None = None
     pieces: list[pd.DataFrame] = []
     done: set[tuple[int, str]] = set()
@@ -54,7 +60,7 @@ def stream_key_runs(
         if batch.num_rows == 0:
             continue
         starts, idents = _cuts(batch, key_columns)
-        frame = batch.select(list(input_columns)).to_pandas()
+        frame = batch.select(list(input_columns)).to_pandas(integer_object_nulls=row_values)
         ends = [*starts[1:], batch.num_rows]
         for start, end, ident in zip(starts, ends, idents, strict=True):
             piece = frame.iloc[start:end]
@@ -69,13 +75,18 @@ def stream_key_runs(
 
 
 def key_runs(
-    table: pa.Table | None, key_columns: Sequence[str], input_columns: Sequence[str]
+    table: pa.Table | None,
+    key_columns: Sequence[str],
+    input_columns: Sequence[str],
+    *,
+    row_values: bool = False,
 ) -> list[KeyRun]:
     """Every run of ``table`` (sorted here first), in memory: for tests and small tables."""
     if table is None or table.num_rows == 0:
         return []
     sorted_ = sort_rows(table, key_columns)
-    return list(stream_key_runs(sorted_.to_batches(), key_columns, input_columns))
+    batches = sorted_.to_batches()
+    return list(stream_key_runs(batches, key_columns, input_columns, row_values=row_values))
 
 
 def sort_rows(table: pa.Table, key_columns: Sequence[str]) -> pa.Table:

@@ -215,7 +215,12 @@ class PinnedTaskRunner:
         incoming, columns, initial = self._incoming(task, batches)
         events = EventScan(self.spec, self.watermark)
         runs = CountedRuns(
-            stream_key_runs(events.filtered(incoming), self.spec.key_columns, columns)
+            stream_key_runs(
+                events.filtered(incoming),
+                self.spec.key_columns,
+                columns,
+                row_values=self.spec.row_values,
+            )
         )
         work = TaskBatch(
             task=task,
@@ -275,7 +280,9 @@ class PinnedTaskRunner:
             return table, []
         marked = pc.fill_null(table.column(INITIAL_COLUMN), False)
         prefixed = [INITIAL_PREFIX + c for c in self.initial_columns]
-        runs = key_runs(table.filter(marked), self.spec.key_columns, prefixed)
+        runs = key_runs(
+            table.filter(marked), self.spec.key_columns, prefixed, row_values=self.spec.row_values
+        )
         for _, _, frame in runs:
             frame.columns = list(self.initial_columns)
         return table.filter(pc.invert(marked)), runs

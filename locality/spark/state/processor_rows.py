@@ -5,9 +5,10 @@ As pyspark 4.3's worker (``SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_UDF``): ``handleI
 an iterator of ``Row`` objects with the stream's column names, values as Python values (``None``
 for null); ``handleInitialState`` gets one ``Row`` of the initial state per call (one call per
 row); ``handleInputRows`` and ``handleExpiredTimer`` yield ``Row`` objects, turned into the
-output's columns by name (``row.asDict(True)``). One difference: the rows reach the task as a
-pandas DataFrame, so an integer column with nulls arrives as floats (Spark's Rows have ints).
-Imports pandas and pyspark lazily (both are on the executors).
+output's columns by name (``row.asDict(True)``). The rows reach the task as a pandas DataFrame
+made with ``integer_object_nulls`` (``QuerySpec.row_values``), so an integer column with nulls
+keeps ints and None, as Spark's Rows do. Imports pandas and pyspark lazily (both are on the
+executors).
 """
 
 from __future__ import annotations

@@ -88,6 +88,13 @@ class QuerySpec:
             return mode.lower() == "eventtime"
         return self.timeout == EVENT_TIME_TIMEOUT
 
+    @property
+    def row_values(self) -> bool:
+        """Whether the function gets each row's values as Python values, as Arrow's ``as_py``
+        gives them (a Row-based ``transformWithState`` processor: an integer column with nulls
+        as ints and None), rather than pandas' (its floats)."""
+        return getattr(self.func, "rows", False) is True
+
 
 @dataclass(frozen=True)
 class TaskBatch:
