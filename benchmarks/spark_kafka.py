@@ -90,7 +90,9 @@ def memory(argv: list[str]) -> int:
         "The race's Kafka input and ways (above), each way alone in a fresh application, "
         f"cluster and broker: a fill batch, then {steady} steady batches; the peak RSS during "
         "the steady batches of the application's processes (each kind summed over its "
-        "processes; other applications on the machine left out)."
+        "processes; other applications on the machine left out). The driver's Python is the "
+        "race's own process, which also makes each batch's records and keeps the reference "
+        "(the same for every way)."
     )
     text = memory_markdown("Kafka: memory of each way, alone", intro, results)
     print(text)
