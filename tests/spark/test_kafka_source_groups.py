@@ -18,8 +18,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from docs_snippets import snippet
 from pyspark import cloudpickle
 from spark_app import SparkApp
+from stalls import kill_when_marked, stalls_once
 from test_kafka_query import OUTPUT, count, produce
 
 from coordinator.config import JobConfig, load_config
@@ -71,26 +73,42 @@ class Stream:
     """The handler as a query's ``foreachBatch`` over ``topics``: each batch's output and end
     offsets (``topic-p`` -> offset, from Spark's progress reports)."""
 
-    def __init__(self, app: SparkApp, servers: str, topics: list[str], config: JobConfig) -> None:
+    def __init__(
+        self,
+        app: SparkApp,
+        servers: str,
+        topics: list[str],
+        config: JobConfig,
+        function: Any = count,
+    ) -> None:
         self.app, self.servers, self.topics = app, servers, topics
+        self.config, self.function = config, function
         self.outputs: dict[int, list[tuple[Any, ...]]] = {}
         self.ends: dict[int, dict[str, int]] = {}
-        self.handler: StatefulQuery = stateful_foreach_batch(
-            count, key_columns=["key"], output_schema=OUTPUT,
-            state_schema="n long, total long", sink=self.sink, config=config, kafka=servers,
+        self.input_rows: dict[int, int] = {}  # Spark's numInputRows per batch
+        self.handler = self.make()
+
+    def make(self) -> StatefulQuery:
+        return stateful_foreach_batch(
+            self.function, key_columns=["key"], output_schema=OUTPUT,
+            state_schema="n long, total long", sink=self.sink, config=self.config,
+            kafka=self.servers,
         )  # fmt: skip
 
     def sink(self, df: Any, batch: int) -> None:
         self.outputs[batch] = sorted(tuple(r) for r in df.collect())
 
-    def run(self, checkpoint: Path, **options: str) -> list[BatchReport]:
-        """One availableNow run of the query with the source's ``options``; its reports."""
+    def run(self, checkpoint: Path, reader: Any = None, **options: str) -> list[BatchReport]:
+        """One availableNow run of the query with the source's ``options`` (over ``reader``, a
+        ``readStream`` of the source naming its topics, when given); its reports."""
         assert self.app.session is not None
         before = len(self.handler.reports)
+        if reader is None:
+            reader = self.app.session.readStream.format(KAFKA_FORMAT).option(
+                "subscribe", ",".join(self.topics)
+            )
         reader = (
-            self.app.session.readStream.format(KAFKA_FORMAT)
-            .option("kafka.bootstrap.servers", self.servers)
-            .option("subscribe", ",".join(self.topics))
+            reader.option("kafka.bootstrap.servers", self.servers)
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", 900)
         )
@@ -108,6 +126,7 @@ class Stream:
         for progress in query.recentProgress:
             (source,) = progress["sources"]
             self.ends[progress["batchId"]] = batch_ends(source["endOffset"])
+            self.input_rows[progress["batchId"]] = progress["numInputRows"]
         return self.handler.reports[before:]
 
     def committed_offsets(self) -> dict[str, int]:
@@ -281,3 +300,103 @@ def test_virtual_tasks_read_their_key_bucket_on_executors_of_their_own(
     finally:
         stream.handler.close()
     assert stream.outputs == reference(servers, [topic], stream.ends)  # state exact
+
+
+def docs_reader(app: SparkApp) -> Any:
+    """docs/kafka.md's ``kafka-groups`` block as written (its ``reader``), on ``app``'s session."""
+    namespace: dict[str, Any] = {"spark": app.session}
+    exec(compile(snippet("docs/kafka.md", "kafka-groups"), "kafka-groups", "exec"), namespace)
+    return namespace["reader"]
+
+
+def test_grouped_tasks_through_an_executor_kill_and_an_application_restart(
+    app: SparkApp,
+    spark_cluster: Any,
+    kafka_broker: KafkaBroker,
+    zk_server: EmbeddedZooKeeper,
+    tmp_path: Path,
+) -> None:
+    """docs/kafka.md's reader (two co-partitioned topics, key buckets of factor 2, 32
+    ``minPartitions`` splits: 8 tasks on the 3 executors) through an executor killed while its
+    task runs a batch, then an application restart from the same checkpointLocation: every
+    batch's state equal to the pandas reference, each record once (the commit record's offsets
+    are Spark's, every topic-partition), the tasks of the executors that lived warm through the
+    kill, nothing read back from the durable checkpoints after the restart, and Spark's
+    ``numInputRows`` the rows the handler saw, batch by batch."""
+    servers, topics = kafka_broker.bootstrap_servers, ["orders", "payments"]  # the snippet's
+    for topic in topics:
+        kafka_broker.create_topic(topic, PARTITIONS)
+    tasks = 2 * PARTITIONS
+    armed, marker = tmp_path / "armed", tmp_path / "stalled"
+    function = stalls_once(count, str(armed), str(marker))
+    config = job_config(zk_server, tmp_path, topics, PARTITIONS, 2)
+    stream = Stream(app, servers, topics, config, function)
+    checkpoint = tmp_path / "checkpoint"
+    reports: list[BatchReport] = []
+    clear_placement(app.session)
+    try:
+        produce(kafka_broker, topics[0], 0, 900)
+        produce(kafka_broker, topics[1], 5000, 600)
+        before = status.shuffle_bytes(app.sc)
+        first = stream.run(checkpoint, docs_reader(app))
+        reports += first
+        assert sum(r.rows_in for r in first) == 1500 and len(first) >= 2
+        assert all((r.tasks, r.pinned_ok, r.driver_rows) == (tasks, tasks, 0) for r in first)
+        assert first[0].new == tasks and all(r.warm == tasks for r in first[1:])
+
+        # an executor killed while one of its tasks runs the batch
+        planned = {
+            g: loc
+            for g, loc in planned_locations(app.session).items()
+            if isinstance(g, PartitionGroup)
+        }
+        assert len(planned) == tasks and len(set(planned.values())) == 3
+        produce(kafka_broker, topics[0], 900, 400)
+        produce(kafka_broker, topics[1], 5600, 400)
+        armed.touch()
+        killed: list[str] = []
+        kill_when_marked(marker, spark_cluster, app.app_id, killed)
+        hit = stream.run(checkpoint, docs_reader(app))
+        armed.unlink()
+        reports += hit
+        assert killed and sum(r.rows_in for r in hit) == 800
+        lost = sum(loc.endswith(f"_{killed[0]}") for loc in planned.values())
+        assert 0 < lost < tasks
+        # the tasks of the executors that lived kept their state (warm); the killed ones'
+        # retries found their host's copy or restored theirs
+        assert all(r.warm >= tasks - lost and r.warm + r.restored == tasks for r in hit)
+        assert stream.committed_offsets() == stream.ends[hit[-1].batch]
+        app.ready(exclude=tuple(killed))
+
+        produce(kafka_broker, topics[0], 1300, 200)
+        produce(kafka_broker, topics[1], 6000, 200)
+        after = stream.run(checkpoint, docs_reader(app))
+        reports += after
+        assert sum(r.rows_in for r in after) == 400
+        assert all((r.tasks, r.pinned_ok) == (tasks, tasks) for r in after)
+        assert all(r.warm >= tasks - lost and r.new == 0 for r in after)
+        assert status.shuffle_bytes(app.sc) == before  # no exchange, the retries too
+
+        # the application restarted: Spark's offset log carries on, each host's copy is warm
+        stream.handler.close()
+        app.restart()
+        clear_placement(app.session)
+        stream.handler = stream.make()
+        before = status.shuffle_bytes(app.sc)
+        produce(kafka_broker, topics[0], 1500, 300)
+        produce(kafka_broker, topics[1], 6200, 300)
+        restarted = stream.run(checkpoint, docs_reader(app))
+        reports += restarted
+        assert sum(r.rows_in for r in restarted) == 600
+        assert all((r.tasks, r.pinned_ok, r.new) == (tasks, tasks, 0) for r in restarted)
+        assert all(r.warm == tasks and r.bytes_restored == 0 for r in restarted)
+        assert status.shuffle_bytes(app.sc) == before
+        offsets = stream.committed_offsets()
+        assert offsets == stream.ends[restarted[-1].batch] and len(offsets) == 2 * PARTITIONS
+        assert sum(offsets.values()) == 1500 + 800 + 400 + 600  # each record once
+    finally:
+        stream.handler.close()
+    assert stream.outputs == reference(servers, topics, stream.ends)  # state exact, every batch
+    assert sorted(stream.outputs) == sorted(stream.ends) == [r.batch for r in reports]
+    # Spark's progress counts the rows the handler saw (the grouped reader's, key bucket kept)
+    assert stream.input_rows == {r.batch: r.rows_in for r in reports}
