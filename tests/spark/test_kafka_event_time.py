@@ -94,13 +94,15 @@ def run_available(writer: Any, checkpoint: Path) -> Any:
 
 
 class SparkSide:
-    """Spark's own operator over ``format("kafka")``: outputs and rows dropped per batch."""
+    """Spark's own operator over ``format("kafka")``: outputs, rows dropped per batch and the
+    shuffle bytes its runs wrote (its groupBy's exchange)."""
 
     def __init__(self, app: SparkApp, servers: str, topic: str, tmp: Path, way: str) -> None:
         self.app, self.servers, self.topic, self.way = app, servers, topic, way
         self.checkpoint = tmp / f"spark-{way}-cp"
         self.outputs = Outputs()
         self.dropped: dict[int, int] = {}
+        self.shuffled = 0
 
     def run(self) -> None:
         session = self.app.session
@@ -115,12 +117,14 @@ class SparkSide:
             out = grouped.transformWithStateInPandas(Sessions(), OUTPUT, "Update", "EventTime")
         for name, value in SPARK_CONF.items():
             session.conf.set(name, value)
+        before = status.shuffle_bytes(self.app.sc)
         try:
             writer = out.writeStream.outputMode("update").foreachBatch(self.outputs)
             query = run_available(writer, self.checkpoint)
         finally:
             for name in SPARK_CONF:
                 session.conf.unset(name)
+        self.shuffled += status.shuffle_bytes(self.app.sc) - before
         for p in query.recentProgress:
             dropped = sum(op["numRowsDroppedByWatermark"] for op in p["stateOperators"])
             self.dropped[int(p["batchId"])] = dropped
@@ -231,5 +235,6 @@ def test_event_time_over_the_pinned_kafka_source_runs_as_spark_runs_it(
     assert latest.extra["watermark"] == {"ms": WATERMARKS[-1], "next_ms": T0 + 31_000}
     assert all(r.tasks == PARTITIONS for r in reports.values())
     assert affinity.shuffled == 0  # each task ran where its partition was read
+    assert spark.shuffled > 0  # the control: Spark's operator shuffles by key, and it is seen
     closed = sum(1 for rows in expected.values() for r in rows if r[1] == "closed")
     assert closed >= 6, closed  # sessions closed by timeouts / timers, compared above
