@@ -102,7 +102,8 @@ class KafkaQuery(QueryRuntime):
         if options.get("timeout") == "EventTimeTimeout":
             raise StreamingUsageError(
                 "the Kafka query has no event time yet (EventTimeTimeout): stateful_foreach_batch "
-                "over Spark's Kafka source takes event_time=(column, delay)"
+                "over readStream.format('affinity-kafka') takes event_time=(column, delay) and "
+                "runs each task where its partition is read, with no shuffle"
             )
         super().__init__(
             func,
