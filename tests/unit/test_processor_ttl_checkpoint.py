@@ -4,32 +4,18 @@ expire writes their k deletions (the differential checkpoint), not the variable 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import sys
 from pathlib import Path
-from typing import Any
 
-import pandas as pd
 from test_spark_processor import restored_group, run_batch, spec_of
 
 from locality.spark.state import TaskOutcome
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.processor_ttl import Seen
+
 N = 10_000  # entries of the variable, under one grouping key (one key group)
 K = 100  # of them expire in the measured batch (1%)
-TTL_MS = 1000
-
-
-class Seen:
-    """A MapState of the values seen per key, each entry with a TTL of a second."""
-
-    def init(self, handle: Any) -> None:
-        self.seen = handle.getMapState("seen", "v long", "at long", ttlDurationMs=TTL_MS)
-
-    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[pd.DataFrame]:
-        now = timerValues.getCurrentProcessingTimeInMs()
-        for pdf in rows:
-            for v in pdf["v"]:
-                self.seen.updateValue((int(v),), (now,))
-        return iter([])
 
 
 def written(outcomes: dict[str, TaskOutcome]) -> int:
