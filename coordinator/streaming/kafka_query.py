@@ -1,86 +1,68 @@
-"""A stateful Kafka query whose tasks own their partitions (Samza's model on Spark):
-:func:`stateful_kafka_query` runs a user's ``applyInPandasWithState`` function over the job's
-Kafka inputs with no shuffle and nothing through the driver.
+"""A stateful Kafka query whose tasks own their partitions, in one call:
+:func:`stateful_kafka_query` builds the Structured Streaming query docs/kafka.md writes by hand,
+and runs it.
 
-Per batch (:meth:`KafkaQuery.run_batch`):
+It is a thin convenience over the one path every stateful Kafka query takes:
 
-1. the input topics' partition counts are read from the broker (co-partitioned: all equal); a
-   partition added is a new task: the job config's input grows, the embedded coordinator is
-   started again with it and gives the new task a processor (a rebalance);
-2. :meth:`~coordinator.streaming.runtime.QueryRuntime.begin`: the batch id (the last commit's
-   plus one), its processing time, the commit it starts from, the executors synced, the model
-   in force;
-3. the batch's offset ranges (:mod:`coordinator.streaming.kafka_offsets`): from the last
-   commit's offsets (a partition never read starts where ``starting_offsets`` says; records
-   deleted by retention before they were read fail the batch unless ``fail_on_data_loss`` is
-   off) to the end offsets (last stable), at most ``max_records_per_batch`` in all (Spark's
-   ``maxOffsetsPerTrigger``; :data:`~coordinator.streaming.kafka_offsets.DEFAULT_MAX_RECORDS`
-   unless set); recorded in the pending record, so a batch run again after a failure reads
-   exactly the same records (a partition added since its first attempt reads nothing in it and
-   starts at the next);
-4. one pinned stage, one Spark task per affinity task on its executor, which reads its ranges
-   straight from the broker (:class:`locality.spark.state.kafka_task.KafkaTaskInput`), runs the
-   function per key with its local state, checkpoints, and writes its output to the output topic
-   (``output_topic``) and/or leaves it for ``sink(df, batch_id)``;
-5. :meth:`~coordinator.streaming.runtime.QueryRuntime.finish`: the sink, then the commit record
-   with each task's checkpoint token *and* each partition's next offset, so a crash anywhere
-   before it replays exactly the uncommitted records and the state counts every record once;
-   after it, each partition's next offset is also committed to the consumer group
-   ``affinity-<job>`` (:attr:`KafkaQuery.group`), for Kafka's own lag tools (metadata only: the
-   commit record stays the truth; a failure there is logged and done at the next batch).
+- the stream is Spark's own Kafka source with its partitions pinned
+  (``spark.readStream.format("affinity-kafka")``, :mod:`locality.spark.kafka_source`): the job
+  config's input topics subscribed, one input partition per affinity task
+  (``affinity.tasksPerPartition``: the job's elasticity factor), ``kafka.isolation.level``
+  ``read_committed``, ``startingOffsets``/``maxOffsetsPerTrigger``/``failOnDataLoss`` from this
+  query's own arguments, and any other option of Spark's Kafka source in ``source_options``;
+- ``decode`` turns Kafka's records (``key``, ``value``, ``topic``, ``partition``, ``offset``,
+  ``timestamp``, ``timestampType``) into the function's rows: by default ``key`` and ``value``
+  cast to strings in Spark SQL; a function of an Arrow table runs as a ``mapInArrow`` (narrow:
+  each task still runs where its partition is read, its rows streamed batch by batch);
+- the ``foreachBatch`` handler is a :class:`~coordinator.streaming.query.StatefulQuery`
+  (:attr:`KafkaQuery.handler`): no shuffle, each task on its executor, the commit record with
+  each task's checkpoint token and each partition's next offset, the output to a topic exactly
+  once (``output_topic=``), a partition added placed as a new task;
+- Spark keeps the offsets (its checkpoint: ``checkpoint_location``, by default under the job's
+  ``state.checkpoint_dir``), so progress reports, listeners, ``awaitTermination`` and the Spark
+  UI's streaming tab all work.
 
-Output to ``output_topic`` is exactly once by default, published after the commit, or at least
-once, written by the tasks (:mod:`coordinator.streaming.kafka_output`).
+:meth:`KafkaQuery.start` starts it as a long-running Spark query (any trigger);
+:meth:`KafkaQuery.run_batch` runs one batch of what is new (a ``Trigger.AvailableNow`` run the
+source ends after one batch: its option ``affinity.availableNowBatches``) and
+:meth:`KafkaQuery.run` every batch up to the offsets latest when it starts. As in Spark, a batch
+runs only when records are new: a key's processing-time timeout fires at the next batch.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, Unpack
 
 from coordinator.config import JobConfig
-from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
-from coordinator.streaming.kafka_offsets import (
-    DataLossError,
-    StartingOffsets,
-    batch_cap,
-    start_offsets,
-)
-from coordinator.streaming.kafka_progress import KafkaProgress, consumer_group
+from coordinator.streaming.kafka_offsets import StartingOffsets, batch_cap
+from coordinator.streaming.kafka_progress import consumer_group
 from coordinator.streaming.options import QueryOptions
+from coordinator.streaming.query import StatefulQuery
 from coordinator.streaming.runtime import (
     BatchReport,
-    Begun,
-    QueryRuntime,
     StreamingBatchError,
     StreamingUsageError,
     failure_cause,
 )
-from coordinator.streaming.stage import StageRun, run_stage, stage_schemas, task_runner
-from groupers import get_ssp_grouper
-from groupers.keys import stable_hash
-from locality.spark.jvm import JvmClassesMissing, require_classes
 from locality.spark.kafka import (
     KafkaClientConfig,
     KafkaPartition,
     as_client_config,
-    beginning_offsets,
-    end_offsets,
     partition_counts,
-    plan_ranges,
 )
-from locality.spark.pinning import job_description
-from locality.spark.state.durable import pin_pending_ranges
-from locality.spark.state.kafka_task import KafkaTaskInput, decode_utf8
-from locality.spark.state.pinned_task import TASK_COLUMN
+from locality.spark.kafka_source import KAFKA_FORMAT, RUN_OPTION, TASKS_OPTION
 
 __all__ = ["KafkaQuery", "stateful_kafka_query"]
 
+#: An Arrow table of Kafka records to an Arrow table of the function's rows.
+Decode = Callable[[Any], Any]
 
-class KafkaQuery(QueryRuntime):
-    """A Kafka query's driver (module docstring); ``run_batch()`` runs one batch."""
+
+class KafkaQuery:
+    """A stateful Kafka query (module docstring): :meth:`start`, :meth:`run_batch`, :meth:`run`."""
 
     def __init__(
         self,
@@ -93,161 +75,218 @@ class KafkaQuery(QueryRuntime):
         config: JobConfig,
         key_columns: Iterable[str] = ("key",),
         sink: Callable[[Any, int], None] | None = None,
-        decode: Callable[..., Any] = decode_utf8,
+        decode: Decode | None = None,
         max_records_per_batch: int | Literal["default"] | None = "default",
         starting_offsets: str | Mapping[str, Any] = "earliest",
         fail_on_data_loss: bool = True,
+        source_options: Mapping[str, Any] | None = None,
+        checkpoint_location: str | None = None,
+        event_time: Any = None,
         **options: Unpack[QueryOptions],
     ) -> None:
-        if options.get("timeout") == "EventTimeTimeout":
-            raise StreamingUsageError(
-                "the Kafka query has no event time yet (EventTimeTimeout): stateful_foreach_batch "
-                "over readStream.format('affinity-kafka') takes event_time=(column, delay) and "
-                "runs each task where its partition is read, with no shuffle"
-            )
-        super().__init__(
-            func,
-            key_columns=tuple(key_columns),
-            output_schema=output_schema,
-            state_schema=state_schema,
-            config=config,
-            sink=sink,
-            kafka=kafka,
-            **options,
-        )
         self.spark, self.decode = spark, decode
         self.client = as_client_config(kafka)
         self.topics = _kafka_topics(config)
         try:
             self.max_records = batch_cap(max_records_per_batch)
-            self.starting = StartingOffsets.parse(starting_offsets, self.topics)
+            starting = StartingOffsets.parse(starting_offsets, self.topics)
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None
-        self.fail_on_data_loss = fail_on_data_loss
-        self.layout = self._layout(config)
-        self.progress = KafkaProgress.of(self.client, config, self.topics)
-
-    # ------------------------------------------------------------------ a batch
-
-    def run_batch(self) -> BatchReport:
-        """Run the next batch (module docstring); a batch with no new record still runs (its
-        keys' timeouts fire)."""
-        try:
-            require_classes(self.spark)
-        except JvmClassesMissing as exc:
-            raise StreamingUsageError(str(exc)) from None
-        sc = self.spark.sparkContext
-        self._follow_partitions(sc)
-        self.publish_owed(sc)
-        begun = self.begin(sc, self.next_batch(sc), self.layout.key_groups())
-        ranges = self._ranges(begun)
-        stage = self._run_stage(begun, ranges)
-        offsets = {name: end for name, (_, end) in ranges.items()}
-        return self.finish(sc, begun, stage, offsets=offsets)
-
-    def run(
-        self, *, batches: int | None = None, until_idle: bool = True, pause_s: float = 0.5
-    ) -> list[BatchReport]:
-        """Run batches: ``batches`` of them, or (``until_idle``) until a batch reads nothing."""
-        done: list[BatchReport] = []
-        while batches is None or len(done) < batches:
-            report = self.run_batch()
-            done.append(report)
-            if until_idle and batches is None and report.rows_in == 0:
-                break
-            time.sleep(pause_s if report.rows_in == 0 else 0)
-        return done
-
-    def _ranges(self, begun: Begun) -> dict[str, tuple[int, int]]:
-        """The batch's [start, end) per input partition (``topic-partition``), as recorded."""
-        partitions = self.layout.input_partitions()
-        done = begun.plan.start.offsets if begun.plan.start is not None else {}
-        first = beginning_offsets(self.client, self.topics)
-        ends = end_offsets(self.client, self.topics)
-        try:
-            starts = start_offsets(
-                partitions, done, first, ends, self.starting, self.fail_on_data_loss, self.log
-            )
-        except DataLossError as exc:
-            raise StreamingBatchError(f"batch {begun.plan.batch}: {exc}") from None
-        planned = plan_ranges(starts, {p: ends[p] for p in partitions}, self.max_records)
-        return pin_pending_ranges(
-            self.storage, begun.plan.batch, {str(r.key): (r.start, r.end) for r in planned}
+        self.handler = StatefulQuery(
+            func,
+            key_columns=key_columns,
+            output_schema=output_schema,
+            state_schema=state_schema,
+            config=config,
+            sink=sink,
+            kafka=kafka,
+            event_time=event_time,
+            **options,
         )
-
-    def _run_stage(self, begun: Begun, ranges: dict[str, tuple[int, int]]) -> StageRun:
-        from pyspark.sql import functions as F
-
-        from locality.spark.kafka import OffsetRange
-
-        plan = begun.plan
-        planned = {  # a partition added after the batch's ranges were recorded reads nothing
-            KafkaPartition(p.topic, p.partition): OffsetRange(
-                p.topic, p.partition, *ranges.get(str(p), (0, 0))
+        if self.handler.kafka_layout is None:
+            raise StreamingUsageError(
+                "a Kafka query's tasks own their partitions: the job config needs the "
+                "group-by-partition grouper over its Kafka topics (ssp_grouper)"
             )
-            for p in self.layout.input_partitions()
+        self.checkpoint_location = checkpoint_location or _default_checkpoint(config)
+        self.options = self._source_options(starting, fail_on_data_loss, source_options or {})
+        self._failure: BaseException | None = None
+
+    # ------------------------------------------------------------------ the stream
+
+    def stream(self, *, available_now_batches: int | None = None) -> Any:
+        """The query's streaming DataFrame: the pinned source with :attr:`options`, decoded;
+        ``available_now_batches``: a ``Trigger.AvailableNow`` run over it ends after that many
+        batches."""
+        reader = self.spark.readStream.format(KAFKA_FORMAT)
+        for name, value in self.options.items():
+            reader = reader.option(name, value)
+        if available_now_batches is not None:
+            reader = reader.option(RUN_OPTION, str(available_now_batches))
+        records = reader.load()
+        if self.decode is None:
+            return records.selectExpr(
+                "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value",
+                "topic", "partition", "offset", "timestamp", "timestampType",
+            )  # fmt: skip
+        return records.mapInArrow(_arrow_decoder(self.decode), decoded_schema(records, self.decode))
+
+    def _source_options(
+        self, starting: StartingOffsets, fail_on_data_loss: bool, extra: Mapping[str, Any]
+    ) -> dict[str, str]:
+        """Spark's Kafka source options this query reads with (module docstring)."""
+        options = {
+            "kafka.bootstrap.servers": self.client.bootstrap_servers,
+            **{f"kafka.{name}": str(value) for name, value in self.client.options.items()},
+            "subscribe": ",".join(self.topics),
+            TASKS_OPTION: str(self.handler.kafka_layout.factor if self.handler.kafka_layout else 1),
+            "startingOffsets": self._spark_offsets(starting),
+            "failOnDataLoss": "true" if fail_on_data_loss else "false",
+            "kafka.isolation.level": "read_committed",
         }
-        source = KafkaTaskInput(
-            self.client,
-            self.layout.ranges(planned),
-            self.layout.buckets(),
-            {t: groups[0] for t, groups in self.layout.key_groups().items()},
-            key_hash=stable_hash,
-            decode=self.decode,
+        if self.max_records is not None:
+            options["maxOffsetsPerTrigger"] = str(self.max_records)
+        options.update({str(name): str(value) for name, value in extra.items()})
+        return options
+
+    def _spark_offsets(self, starting: StartingOffsets) -> str:
+        """``starting_offsets`` as Spark's option: a partition not named starts at the earliest
+        (Spark's JSON names every partition of the topics, read from the broker here)."""
+        if not starting.per_partition:
+            return "earliest" if starting.default == -2 else "latest"
+        counts = partition_counts(self.client, self.topics)
+        named = starting.per_partition
+        return json.dumps(
+            {
+                topic: {
+                    str(p): named.get(KafkaPartition(topic, p), -2) for p in range(counts[topic])
+                }
+                for topic in self.topics
+            }
         )
-        struct, arrow_schema = stage_schemas(self.spark, self.output_schema)
-        runner = task_runner(self.spec, plan, arrow_schema, ())
-        deliver = self.output.deliver if self.output is not None else None
-        runner = replace(runner, source=source, deliver=deliver)
-        tasks = self.spark.range(len(plan.tasks)).select(F.col("id").cast("int").alias(TASK_COLUMN))
+
+    # ------------------------------------------------------------------ running it
+
+    def start(self, **trigger: Any) -> Any:
+        """Start the query as a Spark streaming query and return it (``StreamingQuery``:
+        ``awaitTermination``, ``lastProgress``, ``stop``); ``trigger``: ``writeStream.trigger``'s
+        keywords (e.g. ``processingTime="10 seconds"``), none: Spark's default."""
+        writer = (
+            self.stream()
+            .writeStream.foreachBatch(self._handle)
+            .option("checkpointLocation", self.checkpoint_location)
+        )
+        return (writer.trigger(**trigger) if trigger else writer).start()
+
+    def run_batch(self) -> BatchReport | None:
+        """Run one batch of what is new (at most ``max_records_per_batch`` records) and return
+        its report; None when nothing is new (no batch runs)."""
+        done = self._available_now(batches=1)
+        return done[-1] if done else None
+
+    def run(self, *, batches: int | None = None) -> list[BatchReport]:
+        """Run every batch up to the offsets latest now (at most ``batches`` of them) and return
+        their reports."""
+        return self._available_now(batches=batches)
+
+    def _available_now(self, *, batches: int | None) -> list[BatchReport]:
+        before = len(self.handler.reports)
+        query = (
+            self.stream(available_now_batches=batches)
+            .writeStream.foreachBatch(self._handle)
+            .option("checkpointLocation", self.checkpoint_location)
+            .trigger(availableNow=True)
+            .start()
+        )
         try:
-            with job_description(self.spark.sparkContext, f"affinity kafka batch {plan.batch}"):
-                return run_stage(tasks, runner, struct, plan, locality_wait=self.locality_wait)
+            query.awaitTermination()
         except Exception as exc:
-            raise StreamingBatchError(
-                f"batch {plan.batch} failed and nothing was committed: {failure_cause(exc)}"
-            ) from exc
+            raise self._batch_failure(exc) from exc
+        return self.handler.reports[before:]
+
+    def _handle(self, df: Any, batch_id: int) -> None:
+        """The ``foreachBatch`` function: the handler, its error kept for :meth:`run_batch`."""
+        self._failure = None
+        try:
+            self.handler(df, batch_id)
+        except BaseException as exc:
+            self._failure = exc
+            raise
+
+    def _batch_failure(self, exc: Exception) -> BaseException:
+        """The error a failed run raises: the handler's own, else (Spark's source failed, e.g.
+        records lost with ``failOnDataLoss``) a :class:`StreamingBatchError` naming Spark's."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            return failure
+        return StreamingBatchError(f"the Kafka query's batch failed: {failure_cause(exc)}")
+
+    # ------------------------------------------------------------------ what it keeps
+
+    @property
+    def reports(self) -> list[BatchReport]:
+        """Every batch's report, oldest first."""
+        return self.handler.reports
 
     @property
     def group(self) -> str:
         """The consumer group the query's committed offsets are shown under."""
-        return consumer_group(self.config)
+        return consumer_group(self.handler.config)
 
-    # ------------------------------------------------------------------ partitions
-
-    def _layout(self, config: JobConfig) -> KafkaLayout:
-        inputs = config.stream_inputs()
-        grouper = get_ssp_grouper(config.ssp_grouper.name, **dict(config.ssp_grouper.options))
-        try:
-            return KafkaLayout.of(
-                grouper.group(inputs),
-                self.topics,
-                inputs[0].partitions,
-                config.state.max_parallelism,
-            )
-        except KafkaLayoutError as exc:
-            raise StreamingUsageError(str(exc)) from None
-
-    def _follow_partitions(self, sc: Any) -> None:
-        """Partition counts from the broker: co-partitioned, and a partition added is a task."""
-        counts = partition_counts(self.client, self.topics)
-        if len(set(counts.values())) != 1:
-            raise StreamingUsageError(
-                f"the input topics are not co-partitioned (partition counts {counts}): a task "
-                "reads partition p of every input topic"
-            )
-        (now,) = set(counts.values())
-        if self.follow_partitions(sc, self.layout.partitions, now):
-            self.layout = self._layout(self.config)
+    def close(self) -> None:
+        """Release the handler's connections (ZooKeeper, the embedded coordinator)."""
+        self.handler.close()
 
 
 def stateful_kafka_query(func: Callable[..., Any], **options: Any) -> KafkaQuery:
     """A :class:`KafkaQuery` (module docstring): ``func`` is an ``applyInPandasWithState``
     function; ``options``: ``spark``, ``kafka`` (bootstrap servers or a
     :class:`~locality.spark.kafka.KafkaClientConfig`), ``output_schema``, ``state_schema``,
-    ``config`` (its inputs: the Kafka topics), ``key_columns`` (default ``("key",)``), and
-    ``sink`` or ``output_topic``; see ``docs/spark.md`` ("Kafka")."""
+    ``config`` (its inputs: the Kafka topics), ``key_columns`` (default ``("key",)``), ``sink``
+    or ``output_topic``, ``decode``, ``max_records_per_batch``, ``starting_offsets``,
+    ``fail_on_data_loss``, ``source_options``, ``checkpoint_location``, and every option of
+    ``stateful_foreach_batch``; see ``docs/spark.md`` ("Kafka")."""
     return KafkaQuery(func, **options)
+
+
+def decoded_schema(records: Any, decode: Decode) -> Any:
+    """The Spark schema of ``decode``'s output: ``decode`` of an empty table of ``records``'
+    columns (a decode must map an empty table to an empty table of its columns)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    try:  # timestamps as mapInArrow gives them: UTC (Spark 3.5 has no timezone argument)
+        arrow = to_arrow_schema(records.schema, timezone="UTC")
+    except TypeError:
+        arrow = to_arrow_schema(records.schema)
+    empty = pa.Table.from_batches([], schema=arrow)
+    try:
+        out = decode(empty)
+        return from_arrow_schema(out.schema)
+    except Exception as exc:
+        raise StreamingUsageError(
+            f"decode must map an Arrow table of Kafka records to an Arrow table (run here on an "
+            f"empty one to learn its columns): {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _arrow_decoder(decode: Decode) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for batch in batches:
+            yield from decode(pa.Table.from_batches([batch])).to_batches()
+
+    return decode_batches
+
+
+def _default_checkpoint(config: JobConfig) -> str:
+    if not config.state.checkpoint_dir:
+        raise StreamingUsageError(
+            "a Kafka query keeps Spark's checkpoint under the job's state.checkpoint_dir, "
+            "which is not set: set it, or pass checkpoint_location="
+        )
+    return os.path.join(config.state.checkpoint_dir, "spark-checkpoint")
 
 
 def _kafka_topics(config: JobConfig) -> tuple[str, ...]:

@@ -77,11 +77,15 @@ def batch_report(batch: int, version: int, stage: StageRun) -> BatchReport:
 
 
 _RAISED = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Fenced)): (.+)$")
+_JAVA_THROWN = re.compile(
+    r"^(?::|Caused by:)?\s*((?:org|java|scala)\.[\w.$]*(?:Error|Exception)): (.+)$"
+)
 
 
 def failure_cause(exc: BaseException) -> str:
     """The line of a failed Spark job that says why: the function's error, else the last error
-    a Python worker raised (``Name: message``), else the first line."""
+    a Python worker raised (``Name: message``), else the first JVM exception (``Name:
+    message``), else the first line."""
     text = str(exc)
     for line in text.splitlines():
         if "StatefulFunctionError:" in line:
@@ -93,5 +97,8 @@ def failure_cause(exc: BaseException) -> str:
     ]
     if raised:
         return raised[-1]
+    thrown = [m for m in map(_JAVA_THROWN.match, text.splitlines()) if m]
+    if thrown:  # a JVM error with no Python one (e.g. Spark's Kafka source losing data)
+        return f"{thrown[0].group(1).rsplit('.', 1)[-1]}: {thrown[0].group(2).strip()}"
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0].strip() if lines else repr(exc)

@@ -39,6 +39,7 @@ from locality.spark.kafka.client import KafkaPartition
 __all__ = [
     "KAFKA_FORMAT",
     "PLAN_MARK",
+    "RUN_OPTION",
     "TASKS_OPTION",
     "PartitionGroup",
     "SourcePart",
@@ -57,6 +58,9 @@ __all__ = [
 KAFKA_FORMAT = "affinity-kafka"
 #: What the source's scan and stream descriptions start with (a progress report's source).
 PLAN_MARK = "affinity-kafka "
+#: The source's option ending a ``Trigger.AvailableNow`` run after that many batches (unset: every
+#: batch up to the offsets latest when the run began); a batch run again after a failure counts.
+RUN_OPTION = "affinity.availableNowBatches"
 #: The source's option planning one input partition per affinity task (module docstring).
 TASKS_OPTION = "affinity.tasksPerPartition"
 #: What a :class:`PartitionGroup`'s key starts with (no Kafka topic name has an ``@``).

@@ -72,22 +72,89 @@ def _query(tmp_path: Path, **overrides: Any) -> Any:
 
 
 def test_bad_use_is_named_before_anything_runs(tmp_path: Path) -> None:
-    assert _query(tmp_path).layout.partitions == 2
+    assert _query(tmp_path).handler.kafka_layout.partitions == 2
     with pytest.raises(StreamingUsageError, match="output_key_column 'key' is not a column"):
         _query(tmp_path, output_key_column="key")
     with pytest.raises(StreamingUsageError, match="needs a place: sink=, output_topic= or both"):
         _query(tmp_path, output_topic=None)
     with pytest.raises(StreamingUsageError, match="max_records_per_batch must be at least 1"):
         _query(tmp_path, max_records_per_batch=0)
-    with pytest.raises(StreamingUsageError, match=r"no event time yet \(EventTimeTimeout\)"):
+    with pytest.raises(StreamingUsageError, match=r"EventTimeTimeout' needs an event-time"):
         _query(tmp_path, timeout="EventTimeTimeout")
-    files = {
+    with pytest.raises(StreamingUsageError, match=r"must all be Kafka topics .*'spark:clicks'"):
+        _query(tmp_path, data=files_of(tmp_path, "spark"))
+
+
+def files_of(tmp_path: Path, system: str) -> dict[str, Any]:
+    return {
         "job": {"name": "k"},
-        "inputs": [{"system": "spark", "stream": "clicks", "partitions": 1}],
+        "inputs": [{"system": system, "stream": "clicks", "partitions": 1}],
         "state": {"checkpoint_dir": str(tmp_path / "d")},
     }
-    with pytest.raises(StreamingUsageError, match=r"must all be Kafka topics .*'spark:clicks'"):
-        _query(tmp_path, data=files)
+
+
+def test_the_query_reads_spark_kafka_source_with_its_own_options(tmp_path: Path) -> None:
+    """The Kafka query is Spark's Kafka source, pinned: its arguments become Spark's options,
+    with one input partition per task, and any of Spark's options passes through."""
+    from locality.spark.kafka import KafkaClientConfig
+
+    secure = KafkaClientConfig("broker:9093", {"security.protocol": "SASL_SSL"})
+    options = _query(tmp_path, kafka=secure, max_records_per_batch=700).options
+    assert options == {
+        "kafka.bootstrap.servers": "broker:9093",
+        "kafka.security.protocol": "SASL_SSL",
+        "subscribe": "events",
+        "affinity.tasksPerPartition": "1",
+        "startingOffsets": "earliest",
+        "failOnDataLoss": "true",
+        "kafka.isolation.level": "read_committed",
+        "maxOffsetsPerTrigger": "700",
+    }
+    virtual = {**files_of(tmp_path, "kafka"), "ssp_grouper": {
+        "name": "group-by-partition", "options": {"elasticity_factor": 4}}}  # fmt: skip
+    built = _query(
+        tmp_path, data=virtual, max_records_per_batch=None, starting_offsets="latest",
+        fail_on_data_loss=False, source_options={"minOffsetsPerTrigger": 10},
+        checkpoint_location=str(tmp_path / "cp"),
+    )  # fmt: skip
+    assert built.options["affinity.tasksPerPartition"] == "4"
+    assert built.options["subscribe"] == "clicks" and "maxOffsetsPerTrigger" not in built.options
+    assert (built.options["startingOffsets"], built.options["failOnDataLoss"]) == (
+        "latest",
+        "false",
+    )
+    assert built.options["minOffsetsPerTrigger"] == "10"
+    assert built.checkpoint_location == str(tmp_path / "cp")
+    assert _query(tmp_path).checkpoint_location == str(tmp_path / "d" / "spark-checkpoint")
+
+
+def test_a_decode_gives_its_columns_from_an_empty_table() -> None:
+    """decode's output schema is learnt from an empty table of Kafka's columns; a decode that
+    fails there is named."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from coordinator.streaming.kafka_query import decoded_schema
+
+    kafka = T.StructType(
+        [
+            T.StructField(name, kind)
+            for name, kind in (
+                ("key", T.BinaryType()), ("value", T.BinaryType()), ("topic", T.StringType()),
+                ("partition", T.IntegerType()), ("offset", T.LongType()),
+                ("timestamp", T.TimestampType()), ("timestampType", T.IntegerType()),
+            )
+        ]
+    )  # fmt: skip
+    records = type("Records", (), {"schema": kafka})()
+
+    def users(table: pa.Table) -> pa.Table:
+        return pa.table({"user": table.column("key").cast(pa.string()), "n": pa.array(
+            [1] * table.num_rows, pa.int64())})  # fmt: skip
+
+    assert decoded_schema(records, users).simpleString() == "struct<user:string,n:bigint>"
+    with pytest.raises(StreamingUsageError, match=r"decode must map an Arrow table.*KeyError"):
+        decoded_schema(records, lambda table: table.column("nope"))
 
 
 def test_a_query_built_without_a_cap_reads_at_most_5_million_records_a_batch(
@@ -113,6 +180,16 @@ def test_a_failed_batch_names_the_error_a_python_worker_raised() -> None:
         "batch 3, key ('a',): boom"
     )
     assert failure_cause(RuntimeError("just this")) == "just this"
+    spark_source = (  # a JVM error with no Python one: Spark's Kafka source losing data
+        "An error occurred while calling o373.collectToPython.\n"
+        ": org.apache.spark.sql.kafka010.KafkaIllegalStateException: Some data may have been "
+        "lost because they are not available in Kafka any more;\n"
+        "\tat org.apache.spark.sql.kafka010.KafkaDataConsumer.reportDataLoss(x.scala:1)"
+    )
+    assert failure_cause(RuntimeError(spark_source)) == (
+        "KafkaIllegalStateException: Some data may have been lost because they are not "
+        "available in Kafka any more;"
+    )
 
 
 def test_a_pinned_source_batch_maps_each_spark_partition_to_its_task() -> None:

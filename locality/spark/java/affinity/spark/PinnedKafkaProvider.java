@@ -119,8 +119,9 @@ public final class PinnedKafkaProvider implements TableProvider, DataSourceRegis
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
       int factor = PinnedStream.tasksPerPartition(options.get(PinnedStream.TASKS_OPTION));
+      int runBatches = PinnedStream.availableNowBatches(options.get(PinnedStream.RUN_OPTION));
       ScanBuilder builder = kafka.newScanBuilder(options);
-      return () -> new PinnedScan(builder.build(), factor);
+      return () -> new PinnedScan(builder.build(), factor, runBatches);
     }
   }
 
@@ -128,10 +129,12 @@ public final class PinnedKafkaProvider implements TableProvider, DataSourceRegis
   static final class PinnedScan implements Scan {
     private final Scan kafka;
     private final int factor;
+    private final int runBatches;
 
-    PinnedScan(Scan kafka, int factor) {
+    PinnedScan(Scan kafka, int factor, int runBatches) {
       this.kafka = kafka;
       this.factor = factor;
+      this.runBatches = runBatches;
     }
 
     @Override
@@ -146,7 +149,7 @@ public final class PinnedKafkaProvider implements TableProvider, DataSourceRegis
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-      return PinnedStream.wrap(kafka.toMicroBatchStream(checkpointLocation), factor);
+      return PinnedStream.wrap(kafka.toMicroBatchStream(checkpointLocation), factor, runBatches);
     }
 
     @Override

@@ -18,6 +18,7 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
@@ -38,7 +39,14 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * partitions are the affinity tasks' instead ({@link #group}): Kafka's input partitions of
  * partition number p (of every topic, every {@code minPartitions} split) in one, f copies of it,
  * copy b reading key bucket b only ({@link GroupedReader}), each placed on its own.
- * *
+ *
+ * <p>With {@code availableNowBatches} n (the option {@value #RUN_OPTION}), a {@code
+ * Trigger.AvailableNow} run ends after n batches: once n distinct batches were planned since the
+ * run began ({@code prepareForTriggerAvailableNow}), {@code latestOffset} answers the batch's
+ * start (nothing new: Kafka's answer is still asked for its own bookkeeping), so Spark ends the
+ * run; the next run reads on from there. A batch Spark runs again after a failure counts as
+ * one. Other triggers are not limited.
+ *
  * Offsets, the offset log, commit and latest offsets are all Kafka's. Real-time mode (Spark
  * 4.1's {@code SupportsRealTimeMode}) is not passed on: a micro-batch stream only.
  */
@@ -56,12 +64,41 @@ final class PinnedStream implements InvocationHandler {
    */
   static final String TASKS_OPTION = "affinity.tasksPerPartition";
 
+  /**
+   * The source's option ending a {@code Trigger.AvailableNow} run after that many batches (unset:
+   * every batch up to the offsets latest when the run began, as Kafka's source does).
+   */
+  static final String RUN_OPTION = "affinity.availableNowBatches";
+
   private final MicroBatchStream kafka;
   private final int factor; // 0: Kafka's input partitions, one each
+  private final int runBatches; // 0: no limit
+  private boolean availableNow; // prepareForTriggerAvailableNow was called
+  private final Set<String> plannedInRun = new LinkedHashSet<>(); // the run's batches' ends
 
-  private PinnedStream(MicroBatchStream kafka, int factor) {
+  private PinnedStream(MicroBatchStream kafka, int factor, int runBatches) {
     this.kafka = kafka;
     this.factor = factor;
+    this.runBatches = runBatches;
+  }
+
+  /** {@code value} of {@link #RUN_OPTION} checked (null: 0, no limit). */
+  static int availableNowBatches(String value) {
+    if (value == null) {
+      return 0;
+    }
+    int batches;
+    try {
+      batches = Integer.parseInt(value.trim());
+    } catch (NumberFormatException e) {
+      batches = -1;
+    }
+    if (batches < 1) {
+      throw new IllegalArgumentException(
+          PinnedKafkaProvider.NAME + ": option " + RUN_OPTION + " must be an integer >= 1 "
+              + "(the batches a Trigger.AvailableNow run takes), got '" + value + "'");
+    }
+    return batches;
   }
 
   /** {@code value} of {@link #TASKS_OPTION} checked (null: 0, not grouped). */
@@ -83,7 +120,7 @@ final class PinnedStream implements InvocationHandler {
     return factor;
   }
 
-  static MicroBatchStream wrap(MicroBatchStream kafka, int factor) {
+  static MicroBatchStream wrap(MicroBatchStream kafka, int factor, int runBatches) {
     Set<Class<?>> interfaces = new LinkedHashSet<>();
     interfaces.add(MicroBatchStream.class);
     collect(kafka.getClass(), interfaces);
@@ -91,7 +128,7 @@ final class PinnedStream implements InvocationHandler {
         Proxy.newProxyInstance(
             PinnedStream.class.getClassLoader(),
             interfaces.toArray(new Class<?>[0]),
-            new PinnedStream(kafka, factor));
+            new PinnedStream(kafka, factor, runBatches));
   }
 
   /** The public streaming read interfaces of {@code type} and its superclasses. */
@@ -119,7 +156,20 @@ final class PinnedStream implements InvocationHandler {
       case "planInputPartitions":
         if (arity == 2) {
           InputPartition[] planned = (InputPartition[]) call(method, args);
+          countPlanned(args[1]);
           return factor == 0 ? pin(planned) : group(planned, factor);
+        }
+        break;
+      case "prepareForTriggerAvailableNow":
+        synchronized (this) {
+          availableNow = true;
+          plannedInRun.clear();
+        }
+        break;
+      case "latestOffset":
+        if (arity == 2 && runOver()) {
+          call(method, args); // Kafka's own bookkeeping (its reportLatestOffset reads it)
+          return args[0]; // the run has had its batches: nothing new until the next run
         }
         break;
       case "createReaderFactory":
@@ -128,6 +178,18 @@ final class PinnedStream implements InvocationHandler {
         break;
     }
     return call(method, args);
+  }
+
+  /** A batch planned, by its end offset (planned again for the same batch: counted once). */
+  private synchronized void countPlanned(Object end) {
+    if (availableNow && end != null) {
+      plannedInRun.add(end instanceof Offset ? ((Offset) end).json() : String.valueOf(end));
+    }
+  }
+
+  /** Whether this {@code Trigger.AvailableNow} run has had its {@link #RUN_OPTION} batches. */
+  private synchronized boolean runOver() {
+    return availableNow && runBatches > 0 && plannedInRun.size() >= runBatches;
   }
 
   private Object call(Method method, Object[] args) throws Throwable {
