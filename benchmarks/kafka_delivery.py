@@ -117,7 +117,7 @@ class Way:
         ran = time.perf_counter()
         report = self.query.run_batch()
         done = time.perf_counter()
-        assert report.rows_in == rows, (report.rows_in, rows)
+        assert report is not None and report.rows_in == rows, (report, rows)
         after = sum(end_offsets(self.broker.bootstrap_servers, [self.out]).values())
         assert after - before >= report.rows_out, (after - before, report.rows_out)
         return done - ran, done - began

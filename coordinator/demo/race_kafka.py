@@ -8,9 +8,10 @@ both ways, and affinity writes its output to a second topic.
   (``readStream.format("kafka")``, the JSON value parsed, ``groupBy("user")
   .applyInPandasWithState``, RocksDB state store);
 - :class:`KafkaAffinityWay`: the same function as a Kafka query whose tasks own their partitions
-  (:func:`coordinator.streaming.kafka_query.stateful_kafka_query`): each task reads its
-  partition on its executor, and writes its output to the output topic (one transaction per
-  task and batch) besides the sink the race compares;
+  (:func:`coordinator.streaming.kafka_query.stateful_kafka_query`: the pinned source below in
+  one call, the JSON decoded by a Python ``decode`` in a ``mapInArrow``): each task reads its
+  partition on its executor, and writes its output to the output topic (exactly once) besides
+  the sink the race compares;
 - :class:`PinnedSourceAffinityWay` (``StreamingRace(kafka=True, pinned_source=True)``): the same
   function through ``stateful_foreach_batch`` over Spark's own Kafka source with its partitions
   pinned (``readStream.format("affinity-kafka")``): a real Structured Streaming query, one
@@ -176,6 +177,8 @@ class KafkaAffinityWay(AffinityWay):
     def run(self, phase: str) -> list[RaceBatch]:
         """One batch: everything the topic has that was not committed yet."""
         report = self.handler.run_batch()
+        if report is None:
+            raise RuntimeError("the Kafka query found no new record for the race batch")
         self.last = report.batch
         self._note_assignment()
         self.versions.add(report.version)

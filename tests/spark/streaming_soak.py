@@ -4,7 +4,8 @@ an application with ``spark.speculation`` on, under Spark's real failure modes, 
 every batch against a single-process reference.
 
 - **The file query**: ``stateful_foreach_batch`` over a file source of words (one file a batch);
-- **the Kafka query**: ``stateful_kafka_query`` over a topic of keyed records.
+- **the Kafka query**: ``stateful_kafka_query`` over a topic of keyed records (Spark's Kafka
+  source pinned, one ``availableNow`` run of one batch at a time).
 
 Both count the rows of each key (the state) and emit each touched key's count. After every
 batch :meth:`StreamingSoak.check` compares:
@@ -286,8 +287,8 @@ class KafkaWorkload:
         self.query: KafkaQuery | None = None
 
     @property
-    def handler(self) -> KafkaQuery | None:
-        return self.query
+    def handler(self) -> StatefulQuery | None:
+        return self.query.handler if self.query is not None else None
 
     def start(self) -> None:
         self.query = stateful_kafka_query(
@@ -313,12 +314,12 @@ class KafkaWorkload:
         self.recover()
 
     def recover(self) -> None:
-        """Run the next batch (after a crash: the batch again, or the one after a commit the
-        crash followed, whose offsets are recorded first)."""
+        """Run the next batch (after a crash: Spark runs the batch again, from the ranges in its
+        offset log; a commit the crash followed is recorded first)."""
         assert self.query is not None
         self._record_latest()
         report = self.query.run_batch()
-        assert self._record_latest() == report.batch
+        assert report is not None and self._record_latest() == report.batch
 
     def _record_latest(self) -> int:
         """Record the latest commit's offsets (the reference's batch boundaries)."""

@@ -108,7 +108,7 @@ def test_before_and_after_over_kafka_run_as_written_and_agree(
     run(["kafka-setup"], namespace)
     run(["kafka-query"], namespace, page="docs/spark.md")
     reports = namespace["reports"]
-    assert [r.rows_in for r in reports][-1] == 0 and sum(r.rows_in for r in reports) == 1000
+    assert sum(r.rows_in for r in reports) == 1000 and len(reports) >= 3
     assert all(r.rows_in <= 400 for r in reports)  # max_records_per_batch
     assert final(namespace["outputs"]) == final(outputs["kafka-after"])
     published = [

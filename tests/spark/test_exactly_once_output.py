@@ -79,26 +79,30 @@ def run_through_crashes(
         produce(broker, topic, 0, 300)
         query.run_batch()
         produce(broker, topic, 300, 200)
-        query.sink.crash = True  # type: ignore[union-attr]
+        query.handler.sink.crash = True  # type: ignore[union-attr]
         with pytest.raises(InjectedCrash):
             query.run_batch()
-        query.run_batch()  # the same batch again
+        again = query.run_batch()  # Spark runs the same batch again
+        assert again is not None and (again.batch, again.rows_in) == (1, 200)
         produce(broker, topic, 500, 300)
-        crash_after_commit(query)
+        crash_after_commit(query.handler)
         with pytest.raises(InjectedCrash):
             query.run_batch()
-        commit = latest_commit(query.storage)
+        commit = latest_commit(query.handler.storage)
         assert commit is not None and commit.batch == 2  # committed, not published
     finally:
         query.close()
     query = make()  # a new driver
     try:
         produce(broker, topic, 800, 100)
-        report = query.run_batch()  # publishes batch 2 first, then runs batch 3
-        assert report.batch == 3 and report.rows_in == 100
-        if query.output is not None and query.output.publisher is not None:
-            query.output.published = -1  # a publish run again (a zombie): it finds the mark
-            assert query.output.publish(app.sc, latest_commit(query.storage)) == 0  # type: ignore[arg-type]
+        replayed = query.run_batch()  # Spark runs batch 2 again (not in its commit log)
+        assert replayed is not None and (replayed.batch, replayed.rows_in) == (2, 300)
+        report = query.run_batch()
+        assert report is not None and (report.batch, report.rows_in) == (3, 100)
+        output = query.handler.output
+        if output is not None and output.publisher is not None:
+            output.published = -1  # a publish run again (a zombie): it finds the mark
+            assert output.publish(app.sc, latest_commit(query.handler.storage)) == 0  # type: ignore[arg-type]
     finally:
         query.close()
     return produced
@@ -188,8 +192,9 @@ def test_an_executor_killed_in_the_middle_of_a_publish_publishes_once(
         count, spark=app.session, kafka=kafka_broker.bootstrap_servers, output_schema=OUTPUT,
         state_schema="n long, total long", config=config, output_topic=out,
     )  # fmt: skip
-    assert query.output is not None and query.output.publisher is not None
-    query.output.publisher = StallsMidPublish(query.output.publisher, str(armed), str(marker))  # type: ignore[assignment]
+    output = query.handler.output
+    assert output is not None and output.publisher is not None
+    output.publisher = StallsMidPublish(output.publisher, str(armed), str(marker))  # type: ignore[assignment]
     produced = [range(0, 300), range(300, 500), range(500, 600)]
     killed: list[str] = []
     try:
@@ -207,5 +212,5 @@ def test_an_executor_killed_in_the_middle_of_a_publish_publishes_once(
         after = query.run_batch()  # publishes what batch 1 still owes (if anything) first
     finally:
         query.close()
-    assert (during.batch, after.batch) == (1, 2)
+    assert during is not None and after is not None and (during.batch, after.batch) == (1, 2)
     assert output_records(kafka_broker, out) == expected_records(produced)  # each record once
