@@ -27,11 +27,17 @@ from locality.spark.state.processor import ProcessorFunction
 
 
 def processor_spec(
-    root: Path, processor: Any, mode: str, max_parallelism: int, scope: str = "q"
+    root: Path,
+    processor: Any,
+    mode: str,
+    max_parallelism: int,
+    scope: str = "q",
+    rows: bool = False,
 ) -> QuerySpec:
-    """The query of ``processor`` in time mode ``mode`` (checked), keyed by ``k``, its output
-    ``(k, out)``, its store under ``root`` (``durable`` and ``local``)."""
-    function = ProcessorFunction(processor, mode)
+    """The query of ``processor`` in time mode ``mode`` (checked; ``rows``: the Row-based
+    ``transformWithState``), keyed by ``k``, its output ``(k, out)``, its store under ``root``
+    (``durable`` and ``local``)."""
+    function = ProcessorFunction(processor, mode, rows=rows)
     function.check()
     storage = DirectoryStateStorage(root / "durable", fsync=False)
     return QuerySpec(
