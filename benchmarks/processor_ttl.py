@@ -31,22 +31,11 @@ from typing import Any  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
+from benchmarks._processor_run import processor_spec  # noqa: E402
+from benchmarks._processor_run import run_batch as run_tasks  # noqa: E402
 from benchmarks._report import DOC, machine, table, write_section  # noqa: E402
-from locality.spark.state import (  # noqa: E402
-    CommitRecord,
-    DirectoryStateStorage,
-    QuerySpec,
-    StoreSpec,
-    TaskBatch,
-    forget_memory,
-    latest_commit,
-    parse_schema,
-    run_task_batch,
-    write_commit,
-    write_pending,
-)
+from locality.spark.state import QuerySpec, forget_memory, latest_commit  # noqa: E402
 from locality.spark.state.objectspace import ObjectSpace  # noqa: E402
-from locality.spark.state.processor import ProcessorFunction  # noqa: E402
 
 MAXP = 48
 TTL_MS = 1000
@@ -79,40 +68,12 @@ class Result:
 
 
 def spec_of(root: Path) -> QuerySpec:
-    function = ProcessorFunction(Seen(), "ProcessingTime")
-    function.check()
-    storage = DirectoryStateStorage(root / "durable", fsync=False)
-    return QuerySpec(
-        func=function,
-        key_columns=("k",),
-        output_columns=("k", "out"),
-        state_fields=parse_schema("unused long", "state_schema"),
-        timeout="NoTimeout",
-        store=StoreSpec(storage, str(root / "local"), "ttl", MAXP),
-    )
+    return processor_spec(root, Seen(), "ProcessingTime", MAXP, scope="ttl")
 
 
 def run_batch(spec: QuerySpec, batch: int, frame: pd.DataFrame, time_ms: int) -> Any:
     """One batch of the one task (every key group), committed; its outcome."""
-    storage = spec.store.storage
-    start = latest_commit(storage, before=batch)
-    time_ms = write_pending(storage, batch, time_ms)
-    rows = tuple(
-        (int(k) % MAXP, (int(k),), part.reset_index(drop=True)) for k, part in frame.groupby("k")
-    )
-    work = TaskBatch(
-        task="t0",
-        batch=batch,
-        start_batch=start.batch if start else -1,
-        token=start.tokens.get("t0") if start else None,
-        key_groups=tuple(range(MAXP)),
-        batch_time_ms=time_ms,
-        rows=rows,
-        heads=start.heads if start else {},
-    )
-    outcome = run_task_batch(spec, work, "h1")
-    write_commit(storage, CommitRecord.of(batch, {"t0": outcome}, MAXP, start))
-    return outcome
+    return run_tasks(spec, batch, frame, {"t0": tuple(range(MAXP))}, time_ms)["t0"]
 
 
 def whole_bytes(spec: QuerySpec) -> tuple[int, int]:

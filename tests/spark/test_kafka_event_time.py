@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 from affinity_pipeline.cluster import StandaloneCluster
+from kafka_streams import kafka_reader, shuffle_bytes, write_columns
 from pyspark import cloudpickle
 from pyspark.sql.streaming.state import GroupStateTimeout
 from spark_app import SparkApp
@@ -45,8 +45,6 @@ from coordinator.streaming import (
     stateful_foreach_batch,
     stateful_processor_foreach_batch,
 )
-from locality.spark import status
-from locality.spark.kafka import write_records
 from locality.spark.kafka_source import KAFKA_FORMAT, clear_placement
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -60,25 +58,14 @@ WATERMARKS = [T0 + s * 1000 for s in (-6, 2, 4, 10, 20, 21, 30)]
 
 def produce_batch(servers: str, topic: str, b: int) -> None:
     """Batch ``b``'s records: key the user (one partition per user), value ``{user, t}``."""
-    frame = pd.DataFrame(
-        {
-            "key": [u for u, _ in BATCHES[b]],
-            "value": [json.dumps({"user": u, "t": T0 + s * 1000}) for u, s in BATCHES[b]],
-        }
-    )
-    write_records(servers, topic, frame)
+    users = [u for u, _ in BATCHES[b]]
+    values = [json.dumps({"user": u, "t": T0 + s * 1000}) for u, s in BATCHES[b]]
+    write_columns(servers, topic, key=users, value=values)
 
 
 def kafka_stream(app: SparkApp, servers: str, topic: str, source: str) -> Any:
     """The topic read by ``source`` as (user, t, ts): ts the event time as a timestamp."""
-    assert app.session is not None
-    frame = (
-        app.session.readStream.format(source)
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
+    frame = kafka_reader(app, servers, topic, source).load()
     t = "CAST(get_json_object(CAST(value AS STRING), '$.t') AS BIGINT)"
     return frame.selectExpr("CAST(key AS STRING) AS user", f"{t} AS t").selectExpr(
         "user", "t", "timestamp_millis(t) AS ts"
@@ -117,14 +104,14 @@ class SparkSide:
             out = grouped.transformWithStateInPandas(Sessions(), OUTPUT, "Update", "EventTime")
         for name, value in SPARK_CONF.items():
             session.conf.set(name, value)
-        before = status.shuffle_bytes(self.app.sc)
+        before = shuffle_bytes(self.app)
         try:
             writer = out.writeStream.outputMode("update").foreachBatch(self.outputs)
             query = run_available(writer, self.checkpoint)
         finally:
             for name in SPARK_CONF:
                 session.conf.unset(name)
-        self.shuffled += status.shuffle_bytes(self.app.sc) - before
+        self.shuffled += shuffle_bytes(self.app) - before
         for p in query.recentProgress:
             dropped = sum(op["numRowsDroppedByWatermark"] for op in p["stateOperators"])
             self.dropped[int(p["batchId"])] = dropped
@@ -163,10 +150,10 @@ class AffinitySide:
             )
 
     def run(self) -> None:
-        before = status.shuffle_bytes(self.app.sc)
+        before = shuffle_bytes(self.app)
         frame = kafka_stream(self.app, self.servers, self.topic, KAFKA_FORMAT)
         run_available(frame.writeStream.foreachBatch(self.handler), self.checkpoint)
-        self.shuffled += status.shuffle_bytes(self.app.sc) - before
+        self.shuffled += shuffle_bytes(self.app) - before
 
     def close(self) -> None:
         """Close the handler, its reports kept."""

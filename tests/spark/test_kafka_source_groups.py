@@ -10,7 +10,6 @@ it."""
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
@@ -19,20 +18,19 @@ from typing import Any
 import pandas as pd
 import pytest
 from docs_snippets import snippet
+from kafka_streams import Stream, kafka_reader, shuffle_bytes
 from pyspark import cloudpickle
 from spark_app import SparkApp
 from stalls import kill_when_marked, stalls_once
-from test_kafka_query import OUTPUT, count, produce
+from test_kafka_query import count, produce
 
 from coordinator.config import JobConfig, load_config
 from coordinator.launchers.kafka import KafkaBroker
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
-from coordinator.streaming import BatchReport, StatefulQuery, stateful_foreach_batch
+from coordinator.streaming import BatchReport
 from groupers.keys import key_bucket
-from locality.spark import status
 from locality.spark.kafka import OffsetRange, end_offsets, read_range
 from locality.spark.kafka_source import (
-    KAFKA_FORMAT,
     TASKS_OPTION,
     PartitionGroup,
     clear_placement,
@@ -69,76 +67,12 @@ def job_config(
     )
 
 
-class Stream:
-    """The handler as a query's ``foreachBatch`` over ``topics``: each batch's output and end
-    offsets (``topic-p`` -> offset, from Spark's progress reports)."""
-
-    def __init__(
-        self,
-        app: SparkApp,
-        servers: str,
-        topics: list[str],
-        config: JobConfig,
-        function: Any = count,
-    ) -> None:
-        self.app, self.servers, self.topics = app, servers, topics
-        self.config, self.function = config, function
-        self.outputs: dict[int, list[tuple[Any, ...]]] = {}
-        self.ends: dict[int, dict[str, int]] = {}
-        self.input_rows: dict[int, int] = {}  # Spark's numInputRows per batch
-        self.handler = self.make()
-
-    def make(self) -> StatefulQuery:
-        return stateful_foreach_batch(
-            self.function, key_columns=["key"], output_schema=OUTPUT,
-            state_schema="n long, total long", sink=self.sink, config=self.config,
-            kafka=self.servers,
-        )  # fmt: skip
-
-    def sink(self, df: Any, batch: int) -> None:
-        self.outputs[batch] = sorted(tuple(r) for r in df.collect())
-
-    def run(self, checkpoint: Path, reader: Any = None, **options: str) -> list[BatchReport]:
-        """One availableNow run of the query with the source's ``options`` (over ``reader``, a
-        ``readStream`` of the source naming its topics, when given); its reports."""
-        assert self.app.session is not None
-        before = len(self.handler.reports)
-        if reader is None:
-            reader = self.app.session.readStream.format(KAFKA_FORMAT).option(
-                "subscribe", ",".join(self.topics)
-            )
-        reader = (
-            reader.option("kafka.bootstrap.servers", self.servers)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", 900)
-        )
-        for name, value in options.items():
-            reader = reader.option(name, value)
-        query = (
-            reader.load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition")
-            .writeStream.foreachBatch(self.handler)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(300), "the query did not finish"
-        for progress in query.recentProgress:
-            (source,) = progress["sources"]
-            self.ends[progress["batchId"]] = batch_ends(source["endOffset"])
-            self.input_rows[progress["batchId"]] = progress["numInputRows"]
-        return self.handler.reports[before:]
-
-    def committed_offsets(self) -> dict[str, int]:
-        latest = self.handler._commit_log().latest()
-        assert latest is not None
-        return dict(latest.offsets)
-
-
-def batch_ends(document: Any) -> dict[str, int]:
-    """``topic-p`` -> offset of a progress report's ``endOffset`` (every topic)."""
-    parsed = json.loads(document) if isinstance(document, str) else document
-    return {f"{t}-{p}": int(o) for t, parts in parsed.items() for p, o in parts.items()}
+def grouped_stream(
+    app: SparkApp, servers: str, topics: list[str], config: JobConfig, function: Any = count
+) -> Stream:
+    """The query over ``topics``, its commits shown under the job's consumer group, at most 900
+    offsets a trigger."""
+    return Stream(app, servers, topics, config, function, kafka=servers, cap=900)
 
 
 def reference(servers: str, topics: list[str], ends: dict[int, dict[str, int]]) -> dict[int, Any]:
@@ -175,17 +109,8 @@ def reference(servers: str, topics: list[str], ends: dict[int, dict[str, int]]) 
 def probe(app: SparkApp, servers: str, topics: list[str], tmp: Path, **options: str) -> Any:
     """What each Spark partition of the source's first batch reads with ``minPartitions`` 16
     and ``options``, and each topic-partition's range (a plain ``foreachBatch``)."""
-    assert app.session is not None
     seen: list[Any] = []
-    reader = (
-        app.session.readStream.format(KAFKA_FORMAT)
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", ",".join(topics))
-        .option("startingOffsets", "earliest")
-        .option("minPartitions", 16)
-    )
-    for name, value in options.items():
-        reader = reader.option(name, value)
+    reader = kafka_reader(app, servers, topics, minPartitions=16, **options)
     query = (
         reader.load()
         .writeStream.foreachBatch(
@@ -218,13 +143,13 @@ def test_co_partitioned_topics_under_min_partitions_run_one_task_per_partition(
     assert ranges == ends  # each topic-partition's splits merged
 
     config = job_config(zk_server, tmp_path, topics, PARTITIONS, 1)
-    stream = Stream(app, servers, topics, config)
+    stream = grouped_stream(app, servers, topics, config)
     clear_placement(app.session)
     options = {TASKS_OPTION: "1", "minPartitions": "16"}
     try:
-        before = status.shuffle_bytes(app.sc)
+        before = shuffle_bytes(app)
         first = stream.run(tmp_path / "checkpoint", **options)
-        assert status.shuffle_bytes(app.sc) == before  # no exchange in any batch
+        assert shuffle_bytes(app) == before  # no exchange in any batch
         assert sum(r.rows_in for r in first) == 1800 and len(first) >= 2
         assert all((r.tasks, r.pinned_ok, r.driver_rows) == (4, 4, 0) for r in first)
         assert stream.committed_offsets() == stream.ends[first[-1].batch]
@@ -236,7 +161,7 @@ def test_co_partitioned_topics_under_min_partitions_run_one_task_per_partition(
         produce(kafka_broker, topics[0], 1200, 500)
         produce(kafka_broker, topics[1], 5600, 500)
         grown = stream.run(tmp_path / "checkpoint", **options)
-        assert status.shuffle_bytes(app.sc) == before
+        assert shuffle_bytes(app) == before
         assert sum(r.rows_in for r in grown) == 1000
         assert (grown[-1].tasks, grown[-1].pinned_ok) == (PARTITIONS + 1, PARTITIONS + 1)
         offsets = stream.committed_offsets()
@@ -269,17 +194,18 @@ def test_virtual_tasks_read_their_key_bucket_on_executors_of_their_own(
             )
 
     servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
-    stream = Stream(app, servers, [topic], job_config(zk_server, tmp_path, [topic], PARTITIONS, 2))
+    config = job_config(zk_server, tmp_path, [topic], PARTITIONS, 2)
+    stream = grouped_stream(app, servers, [topic], config)
     clear_placement(app.session)
     try:
         produce(kafka_broker, topic, 0, 1500)
         with pytest.raises(Exception, match=rf'option\("{TASKS_OPTION}", 2\)'):
             stream.run(tmp_path / "refused")  # Kafka's partitions are not the virtual tasks
-        before = status.shuffle_bytes(app.sc)
+        before = shuffle_bytes(app)
         first = stream.run(tmp_path / "checkpoint", **{TASKS_OPTION: "2"})
         produce(kafka_broker, topic, 1500, 400)
         later = stream.run(tmp_path / "checkpoint", **{TASKS_OPTION: "2"})
-        assert status.shuffle_bytes(app.sc) == before
+        assert shuffle_bytes(app) == before
         reports = first + later
         assert sum(r.rows_in for r in reports) == 1900 and len(reports) >= 3
         assert all((r.tasks, r.pinned_ok) == (8, 8) for r in reports)
@@ -309,6 +235,88 @@ def docs_reader(app: SparkApp) -> Any:
     return namespace["reader"]
 
 
+TASKS = 2 * PARTITIONS  # docs/kafka.md's reader: key buckets of factor 2
+
+
+class DocsRun:
+    """docs/kafka.md's reader run over the snippet's topics by ``stream``: each run's reports,
+    all kept in order."""
+
+    def __init__(self, app: SparkApp, broker: KafkaBroker, stream: Stream, checkpoint: Path):
+        self.app, self.broker, self.stream, self.checkpoint = app, broker, stream, checkpoint
+        self.reports: list[BatchReport] = []
+
+    def run(self, orders: tuple[int, int], payments: tuple[int, int]) -> list[BatchReport]:
+        """Records produced to each topic (its first number, how many), then one run of the
+        reader; its reports."""
+        produce(self.broker, self.stream.topics[0], *orders)
+        produce(self.broker, self.stream.topics[1], *payments)
+        reports = self.stream.run(self.checkpoint, docs_reader(self.app))
+        self.reports += reports
+        return reports
+
+
+def first_batches(docs: DocsRun) -> None:
+    """The first records: every task new in the first batch, warm after, on its executor."""
+    first = docs.run((0, 900), (5000, 600))
+    assert sum(r.rows_in for r in first) == 1500 and len(first) >= 2
+    assert all((r.tasks, r.pinned_ok, r.driver_rows) == (TASKS, TASKS, 0) for r in first)
+    assert first[0].new == TASKS and all(r.warm == TASKS for r in first[1:])
+
+
+def an_executor_killed(docs: DocsRun, cluster: Any, armed: Path, marker: Path) -> int:
+    """An executor killed while one of its tasks runs the batch: the tasks of the executors
+    that lived warm, the others' retries warm or restored; how many tasks it had."""
+    assert docs.app.session is not None
+    planned = {
+        g: loc
+        for g, loc in planned_locations(docs.app.session).items()
+        if isinstance(g, PartitionGroup)
+    }
+    assert len(planned) == TASKS and len(set(planned.values())) == 3
+    armed.touch()
+    killed: list[str] = []
+    kill_when_marked(marker, cluster, docs.app.app_id, killed)
+    hit = docs.run((900, 400), (5600, 400))
+    armed.unlink()
+    assert killed and sum(r.rows_in for r in hit) == 800
+    lost = sum(loc.endswith(f"_{killed[0]}") for loc in planned.values())
+    assert 0 < lost < TASKS
+    # the tasks of the executors that lived kept their state (warm); the killed ones'
+    # retries found their host's copy or restored theirs
+    assert all(r.warm >= TASKS - lost and r.warm + r.restored == TASKS for r in hit)
+    assert docs.stream.committed_offsets() == docs.stream.ends[hit[-1].batch]
+    docs.app.ready(exclude=tuple(killed))
+    return lost
+
+
+def after_the_kill(docs: DocsRun, lost: int) -> None:
+    """The next batch: every task on its executor, none new (``lost`` of them moved)."""
+    after = docs.run((1300, 200), (6000, 200))
+    assert sum(r.rows_in for r in after) == 400
+    assert all((r.tasks, r.pinned_ok) == (TASKS, TASKS) for r in after)
+    assert all(r.warm >= TASKS - lost and r.new == 0 for r in after)
+
+
+def the_application_restarted(docs: DocsRun) -> None:
+    """Spark's offset log carries on, each host's copy is warm, no shuffle; the commit record
+    has every topic-partition's offset, each record counted once."""
+    stream = docs.stream
+    stream.handler.close()
+    docs.app.restart()
+    clear_placement(docs.app.session)
+    stream.handler = stream.make()
+    before = shuffle_bytes(docs.app)
+    restarted = docs.run((1500, 300), (6200, 300))
+    assert sum(r.rows_in for r in restarted) == 600
+    assert all((r.tasks, r.pinned_ok, r.new) == (TASKS, TASKS, 0) for r in restarted)
+    assert all(r.warm == TASKS and r.bytes_restored == 0 for r in restarted)
+    assert shuffle_bytes(docs.app) == before
+    offsets = stream.committed_offsets()
+    assert offsets == stream.ends[restarted[-1].batch] and len(offsets) == 2 * PARTITIONS
+    assert sum(offsets.values()) == 1500 + 800 + 400 + 600  # each record once
+
+
 def test_grouped_tasks_through_an_executor_kill_and_an_application_restart(
     app: SparkApp,
     spark_cluster: Any,
@@ -326,77 +334,22 @@ def test_grouped_tasks_through_an_executor_kill_and_an_application_restart(
     servers, topics = kafka_broker.bootstrap_servers, ["orders", "payments"]  # the snippet's
     for topic in topics:
         kafka_broker.create_topic(topic, PARTITIONS)
-    tasks = 2 * PARTITIONS
     armed, marker = tmp_path / "armed", tmp_path / "stalled"
     function = stalls_once(count, str(armed), str(marker))
     config = job_config(zk_server, tmp_path, topics, PARTITIONS, 2)
-    stream = Stream(app, servers, topics, config, function)
-    checkpoint = tmp_path / "checkpoint"
-    reports: list[BatchReport] = []
+    stream = grouped_stream(app, servers, topics, config, function)
+    docs = DocsRun(app, kafka_broker, stream, tmp_path / "checkpoint")
     clear_placement(app.session)
     try:
-        produce(kafka_broker, topics[0], 0, 900)
-        produce(kafka_broker, topics[1], 5000, 600)
-        before = status.shuffle_bytes(app.sc)
-        first = stream.run(checkpoint, docs_reader(app))
-        reports += first
-        assert sum(r.rows_in for r in first) == 1500 and len(first) >= 2
-        assert all((r.tasks, r.pinned_ok, r.driver_rows) == (tasks, tasks, 0) for r in first)
-        assert first[0].new == tasks and all(r.warm == tasks for r in first[1:])
-
-        # an executor killed while one of its tasks runs the batch
-        planned = {
-            g: loc
-            for g, loc in planned_locations(app.session).items()
-            if isinstance(g, PartitionGroup)
-        }
-        assert len(planned) == tasks and len(set(planned.values())) == 3
-        produce(kafka_broker, topics[0], 900, 400)
-        produce(kafka_broker, topics[1], 5600, 400)
-        armed.touch()
-        killed: list[str] = []
-        kill_when_marked(marker, spark_cluster, app.app_id, killed)
-        hit = stream.run(checkpoint, docs_reader(app))
-        armed.unlink()
-        reports += hit
-        assert killed and sum(r.rows_in for r in hit) == 800
-        lost = sum(loc.endswith(f"_{killed[0]}") for loc in planned.values())
-        assert 0 < lost < tasks
-        # the tasks of the executors that lived kept their state (warm); the killed ones'
-        # retries found their host's copy or restored theirs
-        assert all(r.warm >= tasks - lost and r.warm + r.restored == tasks for r in hit)
-        assert stream.committed_offsets() == stream.ends[hit[-1].batch]
-        app.ready(exclude=tuple(killed))
-
-        produce(kafka_broker, topics[0], 1300, 200)
-        produce(kafka_broker, topics[1], 6000, 200)
-        after = stream.run(checkpoint, docs_reader(app))
-        reports += after
-        assert sum(r.rows_in for r in after) == 400
-        assert all((r.tasks, r.pinned_ok) == (tasks, tasks) for r in after)
-        assert all(r.warm >= tasks - lost and r.new == 0 for r in after)
-        assert status.shuffle_bytes(app.sc) == before  # no exchange, the retries too
-
-        # the application restarted: Spark's offset log carries on, each host's copy is warm
-        stream.handler.close()
-        app.restart()
-        clear_placement(app.session)
-        stream.handler = stream.make()
-        before = status.shuffle_bytes(app.sc)
-        produce(kafka_broker, topics[0], 1500, 300)
-        produce(kafka_broker, topics[1], 6200, 300)
-        restarted = stream.run(checkpoint, docs_reader(app))
-        reports += restarted
-        assert sum(r.rows_in for r in restarted) == 600
-        assert all((r.tasks, r.pinned_ok, r.new) == (tasks, tasks, 0) for r in restarted)
-        assert all(r.warm == tasks and r.bytes_restored == 0 for r in restarted)
-        assert status.shuffle_bytes(app.sc) == before
-        offsets = stream.committed_offsets()
-        assert offsets == stream.ends[restarted[-1].batch] and len(offsets) == 2 * PARTITIONS
-        assert sum(offsets.values()) == 1500 + 800 + 400 + 600  # each record once
+        before = shuffle_bytes(app)
+        first_batches(docs)
+        lost = an_executor_killed(docs, spark_cluster, armed, marker)
+        after_the_kill(docs, lost)
+        assert shuffle_bytes(app) == before  # no exchange, the retries too
+        the_application_restarted(docs)
     finally:
         stream.handler.close()
     assert stream.outputs == reference(servers, topics, stream.ends)  # state exact, every batch
-    assert sorted(stream.outputs) == sorted(stream.ends) == [r.batch for r in reports]
+    assert sorted(stream.outputs) == sorted(stream.ends) == [r.batch for r in docs.reports]
     # Spark's progress counts the rows the handler saw (the grouped reader's, key bucket kept)
-    assert stream.input_rows == {r.batch: r.rows_in for r in reports}
+    assert stream.input_rows == {r.batch: r.rows_in for r in docs.reports}

@@ -19,18 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_streams import Stream, batch_ends, kafka_reader, shuffle_bytes, write_columns
 from pyspark import cloudpickle
 from spark_app import SparkApp
 from stalls import kill_when_marked, stalls_once
-from test_kafka_query import OUTPUT, count, kafka_config, produce, reference
+from test_kafka_query import count, kafka_config, produce, reference
 from test_pinned_kafka_source import _Progress
 
 from coordinator.launchers.kafka import KafkaBroker
 from coordinator.launchers.zookeeper import EmbeddedZooKeeper
-from coordinator.streaming import BatchReport, StatefulQuery, stateful_foreach_batch
 from coordinator.streaming.kafka_progress import consumer_group
-from locality.spark import status
-from locality.spark.kafka import group_offsets, write_records
+from locality.spark.kafka import group_offsets
 from locality.spark.kafka_source import KAFKA_FORMAT, clear_placement
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -40,78 +39,16 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 PARTITIONS = 4
 
 
-def shuffle_bytes(app: SparkApp) -> int:
-    """Shuffle bytes written and read by every stage of the application so far."""
-    return status.shuffle_bytes(app.sc)
-
-
-class Stream:
-    """``stateful_foreach_batch`` as a query's ``foreachBatch``: each batch's output, and each
-    batch's end offsets from Spark's progress reports (the reference's input)."""
-
-    def __init__(
-        self,
-        app: SparkApp,
-        servers: str,
-        topic: str,
-        config: Any,
-        function: Any = count,
-        kafka: str | None = None,
-    ) -> None:
-        self.app, self.servers, self.topic, self.config = app, servers, topic, config
-        self.function, self.kafka = function, kafka
-        self.outputs: dict[int, list[tuple[Any, ...]]] = {}
-        self.ends: dict[int, dict[str, int]] = {}
-        self.handler = self.make()
-
-    def make(self) -> StatefulQuery:
-        return stateful_foreach_batch(
-            self.function, key_columns=["key"], output_schema=OUTPUT,
-            state_schema="n long, total long", sink=self.sink, config=self.config,
-            kafka=self.kafka,
-        )  # fmt: skip
-
-    def sink(self, df: Any, batch: int) -> None:
-        self.outputs[batch] = sorted(tuple(r) for r in df.collect())
-
-    def run(self, source: str, checkpoint: Path) -> list[BatchReport]:
-        """One availableNow run of the query; the reports of its batches."""
-        assert self.app.session is not None
-        before = len(self.handler.reports)
-        query = (
-            self.app.session.readStream.format(source)
-            .option("kafka.bootstrap.servers", self.servers)
-            .option("subscribe", self.topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", 700)
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition")
-            .writeStream.foreachBatch(self.handler)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(300), "the query did not finish"
-        assert query.exception() is None, query.exception()
-        for progress in query.recentProgress:
-            (source_progress,) = progress["sources"]
-            ends = _offsets(source_progress["endOffset"])
-            self.ends[progress["batchId"]] = {f"{self.topic}-{p}": o for p, o in ends.items()}
-        return self.handler.reports[before:]
-
-    def committed_offsets(self) -> dict[str, int]:
-        """The offsets the state's latest commit record keeps."""
-        latest = self.handler._commit_log().latest()
-        assert latest is not None
-        return dict(latest.offsets)
-
-
-def _offsets(document: Any) -> dict[int, int]:
-    import json
-
-    parsed = json.loads(document) if isinstance(document, str) else document
-    ((_, partitions),) = parsed.items()
-    return {int(p): int(o) for p, o in partitions.items()}
+def one_topic(
+    app: SparkApp,
+    servers: str,
+    topic: str,
+    zk: EmbeddedZooKeeper,
+    tmp: Path,
+    **options: Any,
+) -> Stream:
+    """The stream over ``topic``, the job of the Kafka query's tests."""
+    return Stream(app, servers, [topic], kafka_config(zk, tmp, topic, PARTITIONS), **options)
 
 
 def test_batches_run_where_their_partitions_are_read_with_no_shuffle(
@@ -122,12 +59,12 @@ def test_batches_run_where_their_partitions_are_read_with_no_shuffle(
     tmp_path: Path,
 ) -> None:
     servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
-    stream = Stream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
+    stream = one_topic(app, servers, topic, zk_server, tmp_path)
     clear_placement(app.session)
     try:
         produce(kafka_broker, topic, 0, 1000)
         before = shuffle_bytes(app)
-        first = stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        first = stream.run(tmp_path / "checkpoint")
         assert shuffle_bytes(app) == before  # no exchange in any batch
         # maxOffsetsPerTrigger honoured (Spark's proration rounds down per partition)
         assert sum(r.rows_in for r in first) == 1000 and len(first) >= 2
@@ -137,8 +74,10 @@ def test_batches_run_where_their_partitions_are_read_with_no_shuffle(
         assert first[0].new == 4 and all(r.warm == 4 for r in first[1:])
 
         # records in one partition only: the other three tasks run on empty partitions
-        write_records(servers, topic, _one_partition(1000, 50), partition_column="partition")
-        (single,) = stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        numbers = range(1000, 1050)
+        keys, values = [f"k{i % 7:03d}" for i in numbers], list(map(str, numbers))
+        write_columns(servers, topic, key=keys, value=values, partition=2)
+        (single,) = stream.run(tmp_path / "checkpoint")
         assert (single.rows_in, single.tasks, single.pinned_ok, single.warm) == (50, 4, 4, 4)
 
         # the application restarted: Spark's offset log carries on, the state is restored
@@ -148,7 +87,7 @@ def test_batches_run_where_their_partitions_are_read_with_no_shuffle(
         stream.handler = stream.make()
         produce(kafka_broker, topic, 1050, 300)
         before = shuffle_bytes(app)
-        (restarted,) = stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        (restarted,) = stream.run(tmp_path / "checkpoint")
         assert shuffle_bytes(app) == before
         assert (restarted.rows_in, restarted.pinned_ok, restarted.new) == (300, 4, 0)
         assert restarted.warm == 4  # each host's local copy (a new executor, the same host)
@@ -171,17 +110,16 @@ def test_the_commit_keeps_spark_offsets_and_a_partition_added_is_a_task(
     the topic while the query runs is a new task, placed and run with no shuffle (as the Kafka
     query does), its records counted once."""
     servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
-    config = kafka_config(zk_server, tmp_path, topic, PARTITIONS)
-    stream = Stream(app, servers, topic, config, kafka=servers)
+    stream = one_topic(app, servers, topic, zk_server, tmp_path, kafka=servers)
     clear_placement(app.session)
     checkpoint = tmp_path / "checkpoint"
     try:
         produce(kafka_broker, topic, 0, 1000)
-        first = stream.run(KAFKA_FORMAT, checkpoint)
+        first = stream.run(checkpoint)
         last = first[-1].batch
         assert stream.committed_offsets() == stream.ends[last]
         assert sum(stream.ends[last].values()) == 1000
-        shown = group_offsets(servers, consumer_group(config))
+        shown = group_offsets(servers, consumer_group(stream.config))
         assert {str(p): o for p, o in shown.items()} == stream.ends[last]
         latest = stream.handler._commit_log().latest()
         assert latest is not None and set(stream.handler.source_lag(latest).values()) == {0}
@@ -191,7 +129,7 @@ def test_the_commit_keeps_spark_offsets_and_a_partition_added_is_a_task(
         kafka_broker.add_partitions(topic, PARTITIONS + 2)
         produce(kafka_broker, topic, 1000, 600)
         before = shuffle_bytes(app)
-        grown = stream.run(KAFKA_FORMAT, checkpoint)
+        grown = stream.run(checkpoint)
         assert shuffle_bytes(app) == before
         assert sum(r.rows_in for r in grown) == 600
         assert (grown[-1].tasks, grown[-1].pinned_ok) == (PARTITIONS + 2, PARTITIONS + 2)
@@ -214,11 +152,11 @@ def test_the_same_query_over_spark_kafka_source_shuffles(
     """The control: ``format("kafka")`` gives the handler no partitions it can run as they are
     read, so the batch goes through the pinned shuffle (shuffle bytes counted), same output."""
     servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
-    stream = Stream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
+    stream = one_topic(app, servers, topic, zk_server, tmp_path)
     try:
         produce(kafka_broker, topic, 0, 600)
         before = shuffle_bytes(app)
-        (report,) = stream.run("kafka", tmp_path / "checkpoint")
+        (report,) = stream.run(tmp_path / "checkpoint", source="kafka")
         assert shuffle_bytes(app) > before
         assert (report.rows_in, report.pinned_ok) == (600, 4)
     finally:
@@ -239,18 +177,17 @@ def test_an_executor_killed_mid_batch_leaves_the_state_exact(
     servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
     armed, marker = tmp_path / "armed", tmp_path / "stalled"
     function = stalls_once(count, str(armed), str(marker))
-    config = kafka_config(zk_server, tmp_path, topic, PARTITIONS)
-    stream = Stream(app, servers, topic, config, function)
+    stream = one_topic(app, servers, topic, zk_server, tmp_path, function=function)
     clear_placement(app.session)
     try:
         produce(kafka_broker, topic, 0, 600)
-        assert sum(r.rows_in for r in stream.run(KAFKA_FORMAT, tmp_path / "cp")) == 600
+        assert sum(r.rows_in for r in stream.run(tmp_path / "cp")) == 600
 
         produce(kafka_broker, topic, 600, 400)
         armed.touch()
         killed: list[str] = []
         kill_when_marked(marker, spark_cluster, app.app_id, killed)
-        hit = stream.run(KAFKA_FORMAT, tmp_path / "cp")
+        hit = stream.run(tmp_path / "cp")
         armed.unlink()
         assert killed and sum(r.rows_in for r in hit) == 400
         # the three tasks whose executor lived kept their state local (warm: no bytes read
@@ -260,7 +197,7 @@ def test_an_executor_killed_mid_batch_leaves_the_state_exact(
 
         produce(kafka_broker, topic, 1000, 200)
         before = shuffle_bytes(app)
-        after = stream.run(KAFKA_FORMAT, tmp_path / "cp")
+        after = stream.run(tmp_path / "cp")
         assert shuffle_bytes(app) == before
         assert sum(r.rows_in for r in after) == 200
         assert all((r.tasks, r.pinned_ok) == (4, 4) for r in after)
@@ -268,32 +205,6 @@ def test_an_executor_killed_mid_batch_leaves_the_state_exact(
         assert stream.outputs == reference(kafka_broker, topic, stream.ends)  # state exact
     finally:
         stream.handler.close()
-
-
-def _one_partition(start: int, count: int) -> Any:
-    import pandas as pd
-
-    numbers = range(start, start + count)
-    return pd.DataFrame(
-        {
-            "key": [f"k{i % 7:03d}" for i in numbers],
-            "value": list(map(str, numbers)),
-            "partition": 2,
-        }
-    )
-
-
-class TopicStream(Stream):
-    """The same query with its output to a topic only, exactly once."""
-
-    out = ""
-
-    def make(self) -> StatefulQuery:
-        return stateful_foreach_batch(
-            self.function, key_columns=["key"], output_schema=OUTPUT,
-            state_schema="n long, total long", config=self.config, output_topic=self.out,
-            kafka=self.servers,
-        )  # fmt: skip
 
 
 def test_kafka_to_kafka_with_no_shuffle_publishes_each_output_once(
@@ -305,21 +216,19 @@ def test_kafka_to_kafka_with_no_shuffle_publishes_each_output_once(
 ) -> None:
     """The no-shuffle path with ``output_topic=``: each batch's output published once after its
     commit, read committed, equal to the reference; still no exchange."""
-    import json
     from collections import Counter
 
     from locality.spark.kafka import OffsetRange, end_offsets, read_range
 
     servers, topic, out = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS), kafka_topic(2)
-    TopicStream.out = out
-    stream = TopicStream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
+    stream = one_topic(app, servers, topic, zk_server, tmp_path, kafka=servers, output_topic=out)
     clear_placement(app.session)
     try:
         produce(kafka_broker, topic, 0, 1000)
         before = shuffle_bytes(app)
-        reports = stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        reports = stream.run(tmp_path / "checkpoint")
         produce(kafka_broker, topic, 1000, 300)
-        reports += stream.run(KAFKA_FORMAT, tmp_path / "checkpoint")
+        reports += stream.run(tmp_path / "checkpoint")
         assert shuffle_bytes(app) == before
         assert all(r.pinned_ok == 4 for r in reports) and len(reports) >= 3
     finally:
@@ -331,6 +240,51 @@ def test_kafka_to_kafka_with_no_shuffle_publishes_each_output_once(
             row = json.loads(record["value"])
             seen[row["key"], row["partition"], row["n"], row["total"]] += 1
     assert seen == Counter(row for rows in expected.values() for row in rows)
+
+
+TRIGGERS = [(0, 300), (1, 300), (2, 100)]  # (batch, rows) of the running query's triggers
+
+
+def skip_earlier_records(servers: str, topic: str) -> dict[int, int]:
+    """80 records written before the query starts; each partition's end offset after them (the
+    query's ``startingOffsets``)."""
+    from locality.spark.kafka import end_offsets
+
+    write_columns(servers, topic, key=[f"old{i}" for i in range(80)], value=["1"] * 80)
+    starts = {p.partition: end for p, end in end_offsets(servers, [topic]).items()}
+    assert sum(starts.values()) == 80
+    return starts
+
+
+def wait_for_batches(query: Any, stream: Stream, n: int, timeout_s: float = 120) -> None:
+    """Until the running query's handler has run ``n`` batches; no more than ``n``."""
+    deadline = time.monotonic() + timeout_s
+    while len(stream.handler.reports) < n and time.monotonic() < deadline:
+        assert query.exception() is None, query.exception()
+        time.sleep(0.2)
+    assert len(stream.handler.reports) == n, stream.handler.reports
+
+
+def trigger_each_batch(
+    query: Any, stream: Stream, broker: KafkaBroker, topic: str, listener: _Progress
+) -> tuple[list[Any], Any]:
+    """The running query's three batches (300 records produced before its start, 300, then 100
+    that wait for ``maxTriggerDelay``); Spark's progress of the batches with rows, once reported,
+    and its ``lastProgress``."""
+    wait_for_batches(query, stream, 1)
+    produce(broker, topic, 300, 300)
+    wait_for_batches(query, stream, 2)
+    produce(broker, topic, 600, 100)  # below minOffsetsPerTrigger: waits
+    time.sleep(4)
+    assert len(stream.handler.reports) == 2
+    wait_for_batches(query, stream, 3)  # maxTriggerDelay passed: the 100 run
+    deadline = time.monotonic() + 30  # progress is reported after the batch's commit
+    while time.monotonic() < deadline:
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        if len(progress) == 3 and len(listener.batches) >= 3:
+            break
+        time.sleep(0.2)
+    return progress, query.lastProgress
 
 
 def test_spark_progress_listeners_and_trigger_options_see_each_stateful_batch(
@@ -345,78 +299,37 @@ def test_spark_progress_listeners_and_trigger_options_see_each_stateful_batch(
     (fewer records wait) until ``maxTriggerDelay`` runs the rest; ``recentProgress``,
     ``lastProgress`` and a listener report each batch with the handler's rows; the state is
     exact and no batch shuffles."""
-    import pandas as pd
-
-    from locality.spark.kafka import end_offsets
-
     servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
-    stream = Stream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
-    skipped = pd.DataFrame({"key": [f"old{i}" for i in range(80)], "value": ["1"] * 80})
-    write_records(servers, topic, skipped)
-    starts = {p.partition: end for p, end in end_offsets(servers, [topic]).items()}
-    assert sum(starts.values()) == 80
+    stream = one_topic(app, servers, topic, zk_server, tmp_path)
+    starts = skip_earlier_records(servers, topic)
     listener = _Progress()
     assert app.session is not None
     app.session.streams.addListener(listener)
     clear_placement(app.session)
     produce(kafka_broker, topic, 0, 300)  # before the start: batch 0 has records (see below)
     before = shuffle_bytes(app)
-    query = (
-        app.session.readStream.format(KAFKA_FORMAT)
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in starts.items()}}))
-        .option("minOffsetsPerTrigger", 300)
-        .option("maxTriggerDelay", "20s")
-        .load()
-        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition")
-        .writeStream.foreachBatch(stream.handler)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(processingTime="1 second")
-        .start()
-    )
-
-    def batches(n: int, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(stream.handler.reports) < n and time.monotonic() < deadline:
-            assert query.exception() is None, query.exception()
-            time.sleep(0.2)
-        assert len(stream.handler.reports) == n, stream.handler.reports
-
+    starting = json.dumps({topic: {str(p): o for p, o in starts.items()}})
+    options = {"minOffsetsPerTrigger": 300, "maxTriggerDelay": "20s"}
+    reader = kafka_reader(app, servers, topic, starting=starting, **options)
+    query = stream.start(reader, tmp_path / "checkpoint", processingTime="1 second")
     try:
-        batches(1)
-        produce(kafka_broker, topic, 300, 300)
-        batches(2)
-        produce(kafka_broker, topic, 600, 100)  # below minOffsetsPerTrigger: waits
-        time.sleep(4)
-        assert len(stream.handler.reports) == 2
-        batches(3)  # maxTriggerDelay passed: the 100 run
-        deadline = time.monotonic() + 30  # progress is reported after the batch's commit
-        while time.monotonic() < deadline:
-            progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-            if len(progress) == 3 and len(listener.batches) >= 3:
-                break
-            time.sleep(0.2)
-        last = query.lastProgress
+        progress, last = trigger_each_batch(query, stream, kafka_broker, topic, listener)
     finally:
         query.stop()
         app.session.streams.removeListener(listener)
         stream.handler.close()
     assert query.awaitTermination(60)
     reports = stream.handler.reports
-    assert [(r.batch, r.rows_in) for r in reports] == [(0, 300), (1, 300), (2, 100)]
-    assert [(p["batchId"], p["numInputRows"]) for p in progress] == [(0, 300), (1, 300), (2, 100)]
+    assert [(r.batch, r.rows_in) for r in reports] == TRIGGERS
+    assert [(p["batchId"], p["numInputRows"]) for p in progress] == TRIGGERS
     assert last is not None and last["sources"][0]["description"].startswith(KAFKA_FORMAT)
-    assert [b for b in listener.batches if b[1] > 0] == [(0, 300), (1, 300), (2, 100)]
+    assert [b for b in listener.batches if b[1] > 0] == TRIGGERS
     assert all((r.tasks, r.pinned_ok) == (4, 4) for r in reports)
     assert shuffle_bytes(app) == before
-    ends = {}
-    for p in progress:  # each batch's end offsets, and the start: the records skipped
-        ends[p["batchId"]] = {
-            f"{topic}-{k}": v for k, v in _offsets(p["sources"][0]["endOffset"]).items()
-        }
-    starting = {f"{topic}-{k}": v for k, v in starts.items()}
-    expected = reference(kafka_broker, topic, {-1: starting, **ends})
+    # each batch's end offsets, and the start: the records skipped
+    ends = {p["batchId"]: batch_ends(p["sources"][0]["endOffset"]) for p in progress}
+    skipped = {f"{topic}-{k}": v for k, v in starts.items()}
+    expected = reference(kafka_broker, topic, {-1: skipped, **ends})
     assert expected.pop(-1)  # the skipped records' keys (old*): in no batch's state
     assert stream.outputs == expected
 
@@ -434,21 +347,10 @@ def test_a_query_started_before_its_first_records_runs_them(
     the records that come after, over the pinned source and over Spark's own (whose first,
     empty batch must not fix the state's layout as the pinned source's)."""
     servers, topic = kafka_broker.bootstrap_servers, kafka_topic(PARTITIONS)
-    stream = Stream(app, servers, topic, kafka_config(zk_server, tmp_path, topic, PARTITIONS))
-    assert app.session is not None
+    stream = one_topic(app, servers, topic, zk_server, tmp_path)
     clear_placement(app.session)
-    query = (
-        app.session.readStream.format(source)
-        .option("kafka.bootstrap.servers", servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "latest")
-        .load()
-        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition")
-        .writeStream.foreachBatch(stream.handler)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(processingTime="1 second")
-        .start()
-    )
+    reader = kafka_reader(app, servers, topic, source, starting="latest")
+    query = stream.start(reader, tmp_path / "checkpoint", processingTime="1 second")
     try:
         deadline = time.monotonic() + 120
         while not query.recentProgress and time.monotonic() < deadline:

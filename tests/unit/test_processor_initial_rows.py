@@ -4,6 +4,7 @@ rows called there only and its state kept; Rows in and out, one initial Row per 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,19 +15,19 @@ from pyspark.sql import Row
 
 from locality.spark.state import (
     CommitRecord,
-    DirectoryStateStorage,
     QuerySpec,
     StatefulFunctionError,
-    StoreSpec,
     TaskBatch,
     TaskOutcome,
     forget_memory,
     latest_commit,
-    parse_schema,
     run_task_batch,
     write_commit,
 )
 from locality.spark.state.processor import ProcessorFunction
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._processor_run import processor_spec
 
 calls: list[tuple[str, int, str]] = []
 
@@ -55,17 +56,7 @@ class Seeded:
 
 
 def spec_of(root: Path, rows: bool) -> QuerySpec:
-    function = ProcessorFunction(Seeded(), "None", rows=rows)
-    function.check()
-    store = StoreSpec(DirectoryStateStorage(root / "durable", fsync=False), str(root / "l"), "q", 4)
-    return QuerySpec(
-        func=function,
-        key_columns=("k",),
-        output_columns=("k", "out"),
-        state_fields=parse_schema("unused long", "state_schema"),
-        timeout="NoTimeout",
-        store=store,
-    )
+    return processor_spec(root, Seeded(), "None", 4, rows=rows)
 
 
 def run(spec: QuerySpec, batch: int, rows: list[tuple[int, str]],

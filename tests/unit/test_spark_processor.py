@@ -6,6 +6,7 @@ hypothesis test drives a per-user MapState of counters against a model through h
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,22 +17,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from locality.spark.state import (
-    CommitRecord,
-    DirectoryStateStorage,
     QuerySpec,
     StatefulFunctionError,
-    StoreSpec,
-    TaskBatch,
     TaskOutcome,
     forget_memory,
     latest_commit,
-    parse_schema,
-    run_task_batch,
-    write_commit,
-    write_pending,
 )
-from locality.spark.state.processor import ProcessorFunction
 from locality.spark.state.processor_state import ProcessorUsageError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks._processor_run import processor_spec
+from benchmarks._processor_run import run_batch as run_tasks
 
 MAXP = 4
 TASKS = {"t0": (0, 2), "t1": (1, 3)}
@@ -93,49 +89,15 @@ class Sessions:
 
 
 def spec_of(root: Path, processor: Any, mode: str = "None") -> QuerySpec:
-    function = ProcessorFunction(processor, mode)
-    function.check()
-    store = StoreSpec(
-        DirectoryStateStorage(root / "durable", fsync=False), str(root / "l"), "q", MAXP
-    )
-    return QuerySpec(
-        func=function,
-        key_columns=("k",),
-        output_columns=("k", "out"),
-        state_fields=parse_schema("unused long", "state_schema"),
-        timeout="NoTimeout",
-        store=store,
-    )
+    return processor_spec(root, processor, mode, MAXP)
 
 
 def run_batch(
     spec: QuerySpec, batch: int, rows: list[dict[str, Any]], time_ms: int = 0, host: str = "h1"
 ) -> dict[str, TaskOutcome]:
     """The driver's part in miniature: start from the latest commit, run both tasks, commit."""
-    storage = spec.store.storage
-    start = latest_commit(storage, before=batch)
-    time_ms = write_pending(storage, batch, time_ms)
     frame = pd.DataFrame(rows, columns=["k", "kind", "v"])
-    outcomes = {}
-    for task, groups in TASKS.items():
-        mine = [
-            (k % MAXP, (k,), part.reset_index(drop=True))
-            for k, part in frame.groupby("k")
-            if k % MAXP in groups
-        ]
-        work = TaskBatch(
-            task=task,
-            batch=batch,
-            start_batch=start.batch if start else -1,
-            token=start.tokens.get(task) if start else None,
-            key_groups=groups,
-            batch_time_ms=time_ms,
-            rows=tuple(mine),
-            heads=start.heads if start else {},
-        )
-        outcomes[task] = run_task_batch(spec, work, host)
-    write_commit(storage, CommitRecord.of(batch, outcomes, MAXP, start))
-    return outcomes
+    return run_tasks(spec, batch, frame, TASKS, time_ms, host)
 
 
 def output(outcomes: dict[str, TaskOutcome]) -> list[tuple[int, str]]:
