@@ -18,7 +18,7 @@ test: venv zookeeper kafka helm chromium promtool jar lint typecheck
 # of its own: the README's quick start, one pinned stateful query through an executor kill and
 # one over format("affinity-kafka") on the real broker (affinity's jar compiled against its jars
 # on first use; the broker's jars and Spark's Kafka connector for Scala 2.12 fetched as in
-# `make kafka`). About 4 minutes once installed.
+# `make kafka`). About 2.5 minutes once installed.
 SPARK35       := .venv-spark35
 SPARK35_TESTS := tests/spark/test_quickstart.py tests/spark/test_spark_versions.py
 
