@@ -15,12 +15,16 @@ test: venv zookeeper kafka helm chromium promtool jar lint typecheck
 	@$(MAKE) --no-print-directory spark35
 
 # The oldest Spark pyproject.toml allows (pyspark 3.5, Scala 2.12), smoke-tested in a virtualenv
-# of its own: the README's quick start and one pinned stateful query through an executor kill
-# (affinity's jar compiled against its jars on first use). About 2.5 minutes once installed.
+# of its own: the README's quick start, one pinned stateful query through an executor kill and
+# one over format("affinity-kafka") on the real broker (affinity's jar compiled against its jars
+# on first use; the broker's jars and Spark's Kafka connector for Scala 2.12 fetched as in
+# `make kafka`). About 2.5 minutes once installed.
 SPARK35       := .venv-spark35
 SPARK35_TESTS := tests/spark/test_quickstart.py tests/spark/test_spark_versions.py
 
 spark35: $(SPARK35)/.installed zookeeper
+	$(call apt_install,mvn,maven,Kafka broker's and Spark connector's jars)
+	@$(SPARK35)/bin/python -m locality.spark.maven kafka-broker spark35-sql-kafka >/dev/null
 	$(SPARK35)/bin/python -m pytest -q -p no:cacheprovider $(SPARK35_TESTS)
 
 $(SPARK35)/.installed: export PYTHONWARNINGS := ignore:Editable installation

@@ -42,13 +42,17 @@ from metadata.zk import ZkMetadataStore
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-__all__ = ["DriverAssignment", "NotInForce", "SparkDriverMember", "executor_cores"]
+__all__ = ["RESYNC_S", "DriverAssignment", "NotInForce", "SparkDriverMember", "executor_cores"]
 
 
 def executor_cores(sc: SparkContext) -> int:
     """``spark.executor.cores`` (1 when unset or not a number): each executor's capacity."""
     value = str(sc.getConf().get("spark.executor.cores", "1") or "1")
     return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+#: How often :meth:`SparkDriverMember.in_force` syncs again while no executor is registered.
+RESYNC_S = 1.0
 
 
 class NotInForce(TimeoutError):
@@ -111,18 +115,36 @@ class SparkDriverMember:
     def in_force(self, timeout_s: float = 120.0, tasks: Collection[str] = ()) -> DriverAssignment:
         """Wait until every registered executor runs one DONE version (giving an executor to
         each of ``tasks``: a model from before an executor was lost leaves its tasks without
-        one); its assignment."""
+        one); its assignment.
+
+        While no executor is registered, it syncs again every :data:`RESYNC_S`: an application's
+        executors register with the driver seconds after its session starts (each a JVM its
+        worker launches; on a busy machine, tens of seconds), so a query's first batch can begin
+        before any has, and the sync before it finds none (or no probe reaches them yet). The
+        executors then join as they come, within the same ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while (found := self._common_version(tasks)) is None:
+        next_sync = time.monotonic() + RESYNC_S
+        while True:
+            with self._changed:
+                found = self._common_version(tasks)
+                if found is not None:
+                    return found
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise NotInForce(
-                        f"no job model in force for {sorted(self.registrar.registrations)} "
-                        f"within {timeout_s:.0f}s (members run {self._versions()})"
-                    )
+                    raise NotInForce(self._not_in_force(timeout_s))
                 self._changed.wait(min(left, 0.2))
-        return found
+            if not self.registrar.registrations and time.monotonic() >= next_sync:
+                self.sync()  # outside the lock: locating new executors runs Spark jobs
+                next_sync = time.monotonic() + RESYNC_S
+
+    def _not_in_force(self, timeout_s: float) -> str:
+        registered = sorted(self.registrar.registrations)
+        text = f"no job model in force for {registered} within {timeout_s:.0f}s"
+        text += f" (members run {self._versions()})"
+        if not registered:
+            live = [e.executor_id for e in self.registrar.executors()]
+            text += f"; no executor registered (live executors: {live})"
+        return text
 
     def placement(self, task_to_processor: Mapping[str, str]) -> dict[str, str]:
         """Task -> executor id for :func:`locality.spark.run_pinned`."""

@@ -7,7 +7,8 @@ and the Kafka query), in one place: each query's constructor takes its own argum
   ``applyInPandasWithState``'s), ``storage`` (None: ``state.checkpoint_dir``), ``coordinator``
   (``"embedded"``: a coordinator replica in the driver, or ``"external"``), ``locality_wait``
   (``"30s"``: how long a task waits for its executor) and ``in_force_timeout_s`` (120: how long a
-  batch waits for a job model every executor follows);
+  batch waits for a job model every executor follows, and for the application's first executors
+  to register when none has yet);
 - :class:`OutputOptions`: a Kafka output topic's: ``output_topic`` (None: none),
   ``output_key_column`` (``"key"``; None: no key), ``output_value_column`` (None: the row as
   JSON), ``transactional`` (True) and ``delivery`` (``"exactly-once"`` or ``"at-least-once"``).

@@ -15,7 +15,16 @@ renamed into place, so an interrupted fetch leaves nothing half done); a second 
 - :data:`SPARK_SQL_KAFKA`: ``org.apache.spark:spark-sql-kafka-0-10_2.13`` and what it needs
   beyond pyspark's own jars (``spark.jars``: :func:`spark_jars_conf`). Maven Central serves no
   connector for pyspark 4.3.0 (``dependency:get`` of 4.3.0: "Missing"); 4.2.0 is the newest
-  that resolves, and runs on pyspark 4.3.0 (``tests/spark/test_kafka_connector.py``).
+  that resolves, and runs on pyspark 4.3.0 (``tests/spark/test_kafka_connector.py``);
+- :data:`SPARK35_SQL_KAFKA`: the same for pyspark 3.5 (Scala 2.12),
+  ``org.apache.spark:spark-sql-kafka-0-10_2.12`` 3.5.7 with ``kafka-clients``,
+  ``spark-token-provider-kafka-0-10_2.12`` and ``commons-pool2``. Maven Central serves no 3.5.9
+  (pyspark's) jar of it (``dependency:get``: "not found"); 3.5.7 is its newest 3.5 release and
+  runs on pyspark 3.5.9 (``tests/spark/test_spark_versions.py``, ``make spark35``, which fetches
+  it).
+
+:func:`connector_for` picks the connector of a Spark version, :func:`spark_jars_conf` the
+installed pyspark's.
 
 Standard library only.
 """
@@ -29,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from locality.spark.jvm import jar_dir
@@ -37,10 +47,13 @@ __all__ = [
     "JAR_SETS",
     "KAFKA_BROKER",
     "KAFKA_VERSION",
+    "SPARK35_KAFKA_VERSION",
+    "SPARK35_SQL_KAFKA",
     "SPARK_KAFKA_VERSION",
     "SPARK_SQL_KAFKA",
     "JarSet",
     "MavenFetchFailed",
+    "connector_for",
     "fetch",
     "jar_files",
     "jars",
@@ -51,6 +64,8 @@ __all__ = [
 KAFKA_VERSION = "4.4.0"
 #: Spark's Kafka connector: the newest served by Maven Central (none for pyspark 4.3.0).
 SPARK_KAFKA_VERSION = "4.2.0"
+#: Spark's Kafka connector for pyspark 3.5 (Scala 2.12): the newest 3.5 one Maven Central serves.
+SPARK35_KAFKA_VERSION = "3.5.7"
 _POMS = Path(__file__).resolve().parent / "maven"
 
 
@@ -78,7 +93,8 @@ class JarSet:
 
 KAFKA_BROKER = JarSet("kafka-broker", "kafka.version", KAFKA_VERSION)
 SPARK_SQL_KAFKA = JarSet("spark-sql-kafka", "spark.kafka.version", SPARK_KAFKA_VERSION)
-JAR_SETS = {s.name: s for s in (KAFKA_BROKER, SPARK_SQL_KAFKA)}
+SPARK35_SQL_KAFKA = JarSet("spark35-sql-kafka", "spark.kafka.version", SPARK35_KAFKA_VERSION)
+JAR_SETS = {s.name: s for s in (KAFKA_BROKER, SPARK_SQL_KAFKA, SPARK35_SQL_KAFKA)}
 
 
 def fetch(jar_set: JarSet) -> Path:
@@ -122,9 +138,27 @@ def jar_files(jar_set: JarSet) -> list[Path]:
     return sorted(jars(jar_set).glob("*.jar"))
 
 
-def spark_jars_conf() -> str:
-    """Spark's Kafka connector as a ``spark.jars`` value (comma-separated paths)."""
-    return ",".join(str(p) for p in jar_files(SPARK_SQL_KAFKA))
+def connector_for(spark_version: str) -> JarSet:
+    """The Kafka connector's jar set for Spark ``spark_version`` (``"4.3.0"``, ``"3.5.9"``): a
+    ``ValueError`` for a Spark older than 3.5 (none is kept)."""
+    major, _, rest = spark_version.partition(".")
+    minor = rest.partition(".")[0]
+    if major.isdigit() and int(major) >= 4:
+        return SPARK_SQL_KAFKA
+    if (major, minor) == ("3", "5"):
+        return SPARK35_SQL_KAFKA
+    raise ValueError(f"no Kafka connector kept for Spark {spark_version} (3.5 or 4 needed)")
+
+
+def spark_jars_conf(spark_version: str | None = None) -> str:
+    """Spark's Kafka connector as a ``spark.jars`` value (comma-separated paths), for Spark
+    ``spark_version`` (default: the installed pyspark's)."""
+    if spark_version is None:
+        try:
+            spark_version = version("pyspark")
+        except PackageNotFoundError:
+            raise ValueError("pyspark is not installed: name the Spark version") from None
+    return ",".join(str(p) for p in jar_files(connector_for(spark_version)))
 
 
 def main(argv: list[str]) -> int:

@@ -21,8 +21,10 @@ from locality.spark.kafka import OffsetRange, end_offsets, read_range, write_rec
 from locality.spark.maven import (
     KAFKA_BROKER,
     KAFKA_VERSION,
+    SPARK35_SQL_KAFKA,
     SPARK_SQL_KAFKA,
     MavenFetchFailed,
+    connector_for,
     fetch,
     jars,
     main,
@@ -47,6 +49,16 @@ def test_jar_sets_are_cached_by_version_and_pom() -> None:
     connector = {p.name for p in jars(SPARK_SQL_KAFKA).glob("*.jar")}
     assert any(n.startswith("spark-sql-kafka-0-10_2.13-") for n in connector)
     assert not any(n.startswith(("spark-core", "scala-library", "hadoop-")) for n in connector)
+
+
+def test_each_spark_gets_the_connector_of_its_scala() -> None:
+    assert connector_for("4.3.0") is connector_for("4.0.1") is SPARK_SQL_KAFKA  # Scala 2.13
+    assert connector_for("3.5.9") is SPARK35_SQL_KAFKA  # Scala 2.12 (make spark35 fetches it)
+    assert SPARK35_SQL_KAFKA.pom.name == "spark35-sql-kafka.xml"
+    assert "spark-sql-kafka-0-10_2.12" in SPARK35_SQL_KAFKA.pom.read_text()
+    assert SPARK35_SQL_KAFKA.directory() != SPARK_SQL_KAFKA.directory()
+    with pytest.raises(ValueError, match=r"Spark 3\.4\.1 "):
+        connector_for("3.4.1")
 
 
 def test_fetch_without_maven_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

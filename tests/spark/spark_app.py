@@ -40,9 +40,9 @@ class SparkApp:
             app_name="affinity-tests",
             locality_wait=LOCALITY_WAIT,
             log4j_config=self.cluster.quiet_log4j_config,
-            # affinity's jar, and Spark's Kafka connector for test_kafka_connector (a Spark 4
-            # one: on pyspark 3.5, the smoke suite's, its classes break the file source)
-            conf={JAR_CONF_KEY: ",".join([str(spark_jar()), *kafka_connector()]), **self.conf},
+            # affinity's jar, and Spark's Kafka connector of this pyspark (Scala 2.13 on
+            # Spark 4, 2.12 on 3.5: a Spark 4 one's classes break the file source on 3.5)
+            conf={JAR_CONF_KEY: f"{spark_jar()},{spark_jars_conf()}", **self.conf},
         )
         self.ready()
 
@@ -80,13 +80,6 @@ class SparkApp:
         self.stop()
         self.restarts += 1
         self.start()
-
-
-def kafka_connector() -> list[str]:
-    """Spark's Kafka connector's jars for ``spark.jars``, on Spark 4 (none on 3.5)."""
-    import pyspark
-
-    return [spark_jars_conf()] if int(pyspark.__version__.split(".")[0]) >= 4 else []
 
 
 def stop_active_session() -> None:
