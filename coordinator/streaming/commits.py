@@ -13,6 +13,10 @@ one node per ``job.run_id``). The rules, in one place:
   id is refused (:class:`CommitLogError`): Spark's ``checkpointLocation`` is newer than this
   state (a new query), and running it would count its records into state that already holds them,
   or, as affinity did before, silently wipe the state.
+- **A replay by the driver that committed it** (:meth:`CommitLog.committed_here`): ``L``'s
+  batch id run again by the driver (epoch) that made ``L`` (Spark's query failed after
+  affinity's commit and before its own, and was started again in the same process) is done
+  already: its state is counted and its output delivered, so nothing runs again.
 - **The commit** (:meth:`CommitLog.commit`): the record is *created* under a fresh name (never
   overwriting one), then the pointer moves with compare-and-set under the driver's epoch; if a
   newer driver took over, the commit is refused and the record removed.
@@ -109,6 +113,11 @@ class CommitLog:
             "job.run_id and an empty state.checkpoint_dir (docs/spark.md, 'What happens on "
             "each failure')"
         )
+
+    def committed_here(self, batch: int) -> bool:
+        """Whether ``batch`` is the latest commit, made by this driver (module docstring)."""
+        latest = self.latest()
+        return latest is not None and latest.batch == batch and latest.epoch == self.lease.epoch
 
     def commit(self, record: CommitRecord) -> CommitRecord:
         """Create ``record`` (by this driver's epoch) and move the pointer to it; refused with

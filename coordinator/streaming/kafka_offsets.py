@@ -1,24 +1,19 @@
-"""Where a Kafka query's batch starts reading each partition (Spark's option names).
+"""A Kafka query's offsets (Spark's option names), checked before Spark reads them.
 
-- A partition the commit has an offset for starts there; if retention deleted records from it
-  before they were read (the first offset still in the log is past it), ``fail_on_data_loss``
-  (default true, as Spark's ``failOnDataLoss``) fails the batch with an error naming the
-  partition, the expected offset and the first available; false skips the gap, logged
-  (``kafka.data_lost``).
-- A partition never read starts where ``starting_offsets`` says (Spark's ``startingOffsets``):
-  ``"earliest"`` (the default), ``"latest"``, or per partition as Spark's JSON
-  (``{"clicks": {"0": 23, "1": -2}}``, text or a dict; -2 earliest, -1 latest; a partition not
-  named: earliest).
-- Each batch reads at most ``max_records_per_batch`` records in all (:func:`batch_cap`); the
-  default, ``"default"``, is :data:`DEFAULT_MAX_RECORDS` (read when the query is built), which
-  keeps a first batch on a topic with days of retention from loading all of it into the tasks'
-  Python workers; ``None``: no cap.
+- ``starting_offsets`` (Spark's ``startingOffsets``): ``"earliest"`` (the default),
+  ``"latest"``, or per partition as Spark's JSON (``{"clicks": {"0": 23, "1": -2}}``, text or a
+  dict; -2 earliest, -1 latest; a partition not named: earliest), parsed and checked against the
+  input topics (:class:`StartingOffsets`).
+- Each batch reads at most ``max_records_per_batch`` records in all (:func:`batch_cap`, Spark's
+  ``maxOffsetsPerTrigger``); the default, ``"default"``, is :data:`DEFAULT_MAX_RECORDS` (read
+  when the query is built), which keeps a first batch on a topic with days of retention from
+  loading all of it at once; ``None``: no cap.
 
-Over Spark's own Kafka source (``format("affinity-kafka")`` into ``stateful_foreach_batch``)
-Spark plans each batch's offsets; :func:`spark_batch_offsets` checks them against the commit the
-batch starts from and gives the offsets its commit records.
+Spark plans each batch's offsets over its Kafka source (``format("affinity-kafka")``);
+:func:`spark_batch_offsets` checks them against the commit the batch starts from and gives the
+offsets its commit records.
 
-Pure: the offsets come in, the starts go out.
+Pure: the offsets come in, the checked ones go out.
 """
 
 from __future__ import annotations
@@ -32,12 +27,10 @@ from locality.spark.kafka import KafkaPartition
 
 __all__ = [
     "DEFAULT_MAX_RECORDS",
-    "DataLossError",
     "StartingOffsets",
     "OffsetsBehindError",
     "batch_cap",
     "spark_batch_offsets",
-    "start_offsets",
 ]
 
 #: Records one batch reads at most unless ``max_records_per_batch`` says otherwise.
@@ -57,10 +50,6 @@ def batch_cap(option: int | Literal["default"] | None) -> int | None:
     if option is not None and option < 1:
         raise ValueError(f"max_records_per_batch must be at least 1, got {option}")
     return option
-
-
-class DataLossError(RuntimeError):
-    """Records were deleted before the query read them (``fail_on_data_loss``)."""
 
 
 @dataclass(frozen=True)
@@ -101,46 +90,6 @@ class StartingOffsets:
                     )
                 per[KafkaPartition(str(topic), int(partition))] = offset
         return cls(_EARLIEST, per)
-
-    def start(self, partition: KafkaPartition, first: int, end: int) -> int:
-        """Where ``partition``, never read, starts (within the log)."""
-        wanted = self.per_partition.get(partition, self.default)
-        if wanted == _EARLIEST:
-            return first
-        if wanted == _LATEST:
-            return end
-        return min(max(wanted, first), end)
-
-
-def start_offsets(
-    partitions: Iterable[KafkaPartition],
-    done: Mapping[str, int],
-    first: Mapping[KafkaPartition, int],
-    ends: Mapping[KafkaPartition, int],
-    starting: StartingOffsets,
-    fail_on_data_loss: bool,
-    log: Any,
-) -> dict[KafkaPartition, int]:
-    """Each partition's start offset (module docstring); :class:`DataLossError` for records
-    deleted before they were read, when ``fail_on_data_loss``."""
-    starts: dict[KafkaPartition, int] = {}
-    for p in partitions:
-        if str(p) not in done:
-            starts[p] = starting.start(p, first[p], ends[p])
-            continue
-        expected = done[str(p)]
-        if expected >= first[p]:
-            starts[p] = expected
-            continue
-        if fail_on_data_loss:
-            raise DataLossError(
-                f"partition {p}: the next record to read is offset {expected}, but the first "
-                f"still in the log is {first[p]} (retention deleted {first[p] - expected} "
-                "records before they were read); pass fail_on_data_loss=False to skip them"
-            )
-        log.warning("kafka.data_lost", partition=str(p), expected=expected, first=first[p])
-        starts[p] = first[p]
-    return starts
 
 
 class OffsetsBehindError(RuntimeError):

@@ -4,7 +4,8 @@ run in ``foreachBatch``, each key's state kept on the executor its job model nam
 Per micro-batch (:meth:`StatefulQuery.__call__`, called by Spark with ``(df, batch_id)``):
 
 1. the stream and the session are checked (key columns, a classic session with affinity's JVM
-   classes) before anything is touched; a batch id Spark runs again forgets its earlier commit;
+   classes) before anything is touched; a batch id Spark runs again forgets its earlier commit
+   (one this driver committed is done already: nothing runs);
 2. the batch's processing time is read from (or written to) the pending record, so every
    attempt of the batch uses the same one (timeouts replay exactly);
 3. the state starts from the latest commit *before* the batch id;
@@ -138,12 +139,16 @@ class StatefulQuery(QueryRuntime):
     def __call__(self, df: Any, batch_id: int) -> None:
         self.run_batch(df, int(batch_id))
 
-    def run_batch(self, df: Any, batch: int) -> BatchReport:
-        """Run micro-batch ``batch`` of ``df`` (see the module docstring)."""
+    def run_batch(self, df: Any, batch: int) -> BatchReport | None:
+        """Run micro-batch ``batch`` of ``df`` (see the module docstring); None: this driver
+        committed it already (Spark runs it again), nothing runs."""
         df = drop_heartbeats(df)  # heartbeat rows (with_heartbeat) only make the batch run
         self._check(df)
         sc = df.sparkSession.sparkContext
         self.publish_owed(sc)
+        if self.commits is not None and self.commits.committed_here(batch):
+            self.log.warning("streaming.batch_committed_here", batch=batch)
+            return None
         partitions = self._kafka_partitions(df, sc)
         if partitions is not None:
             self._follow_partitions(sc, partitions)

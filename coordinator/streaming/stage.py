@@ -226,17 +226,15 @@ def run_placed(
     already), its output persisted, the results collected (steps 3 and 4). When a task may read
     more rows than :data:`STREAM_ROWS_CONF` (``plan.task_rows``; unknown: so), the partitions are
     sorted by key group and key first (:func:`sorted_by_key`) and a task's rows stream through
-    its Python worker key by key; else each task reads its partition in one table. A runner with
-    its own ``source`` reads that."""
+    its Python worker key by key; else each task reads its partition in one table."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     sc = frame.sparkSession.sparkContext
-    if runner.source is None:
-        threshold = int(frame.sparkSession.conf.get(STREAM_ROWS_CONF, str(STREAM_ROWS)))
-        in_memory = not streams_rows(plan.task_rows, threshold)
-        runner = replace(runner, in_memory=in_memory)
-        frame = frame if in_memory else sorted_by_key(frame, runner.spec.key_columns)
+    threshold = int(frame.sparkSession.conf.get(STREAM_ROWS_CONF, str(STREAM_ROWS)))
+    in_memory = not streams_rows(plan.task_rows, threshold)
+    runner = replace(runner, in_memory=in_memory)
+    frame = frame if in_memory else sorted_by_key(frame, runner.spec.key_columns)
     out = frame.mapInArrow(runner, struct).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         with LocalityWait(sc, locality_wait):

@@ -56,8 +56,11 @@ def test_a_lower_batch_id_is_refused_and_the_same_id_replays(
     with pytest.raises(CommitLogError, match=r"batch 0 is below batch 2.*checkpointLocation"):
         log.start_of(0)
     assert sorted(storage.list_records()) == before  # nothing was changed
+    # Spark runs batch 2 again in the driver that committed it: done already
+    assert log.committed_here(2) and not log.committed_here(1) and not log.committed_here(3)
     # a restart where Spark runs batch 2 again: it starts from batch 1's commit
     restarted = CommitLog.open(zk_store, storage, "app-1@h:2", LOG)
+    assert not restarted.committed_here(2)  # another driver's commit: run it again
     replay_start = restarted.start_of(2)
     assert replay_start is not None and replay_start.batch == 1
     again = restarted.commit(_record(2, replay_start, "base-00000002-2-b.json"))

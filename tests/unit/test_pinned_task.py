@@ -25,9 +25,8 @@ from locality.spark.state import (
     StoreSpec,
     parse_schema,
     write_commit,
-    write_pending,
 )
-from locality.spark.state.durable import commit_exists, pin_pending_ranges
+from locality.spark.state.durable import commit_exists
 from locality.spark.state.keyruns import sort_rows
 from locality.spark.state.keyspace import key_text
 from locality.spark.state.pinned_task import (
@@ -231,16 +230,3 @@ def test_a_commit_record_carries_input_offsets_and_reads_without_them() -> None:
     plain = CommitRecord(4, {"t0": "a"}, {"t0": (0, 2)}, 8)
     assert b"offsets" not in plain.to_bytes()  # a record without offsets reads as before
     assert CommitRecord.from_bytes(plain.to_bytes(), "x").offsets == {}
-
-
-def test_a_batch_run_again_reads_the_ranges_its_first_attempt_recorded(tmp_path: Path) -> None:
-    storage = DirectoryStateStorage(tmp_path / "durable", fsync=False)
-    write_pending(storage, 3, 1000)
-    first = pin_pending_ranges(storage, 3, {"events-0": (0, 10), "events-1": (5, 9)})
-    assert first == {"events-0": (0, 10), "events-1": (5, 9)}
-    # the broker has more records by now; the batch still reads what it read before
-    again = pin_pending_ranges(storage, 3, {"events-0": (0, 50), "events-1": (5, 70)})
-    assert again == first
-    assert write_pending(storage, 3, 9999) == 1000  # the time is kept beside the ranges
-    with pytest.raises(ValueError, match="no pending record for batch 4"):
-        pin_pending_ranges(storage, 4, {})

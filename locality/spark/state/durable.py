@@ -4,7 +4,7 @@ A stateful query's durable directory (``state.checkpoint_dir``)::
 
     <root>/keygroups/kg-<group:05d>/base-<seq>.json | delta-<seq>.json   (objectspace chains)
     <root>/records/commit-<batch:012d>-e<epoch:08d>-<id>.json   a committed batch (below)
-    <root>/records/pending-<batch:012d>.json  a batch started: its processing time, its ranges
+    <root>/records/pending-<batch:012d>.json  a batch started: its processing time
     <root>/outputs/output-<batch:012d>-<task>-<token>.arrow   a task attempt's output, kept
                                               until it is published (exactly-once Kafka output)
 
@@ -58,7 +58,6 @@ __all__ = [
     "Storage",
     "latest_commit",
     "output_name",
-    "pin_pending_ranges",
     "prune_outputs",
     "prune_records",
     "read_commit",
@@ -303,23 +302,3 @@ def read_pending(storage: Storage, batch: int) -> int | None:
         return None
     document: Mapping[str, Any] = json.loads(data)
     return int(document["batch_time_ms"])
-
-
-def pin_pending_ranges(
-    storage: Storage, batch: int, planned: Mapping[str, tuple[int, int]]
-) -> dict[str, tuple[int, int]]:
-    """The input ranges of ``batch`` (input partition -> [start, end) offsets): those an earlier
-    attempt recorded in the batch's pending record, else ``planned`` (recorded now), so a batch
-    run again reads exactly the records it read before. The pending record must exist
-    (:func:`write_pending` first)."""
-    name = f"pending-{batch:012d}.json"
-    data = storage.read_record(name)
-    if data is None:
-        raise ValueError(f"{name}: no pending record for batch {batch} (write_pending first)")
-    document: dict[str, Any] = json.loads(data)
-    recorded = document.get("ranges")
-    if recorded is not None:
-        return {str(k): (int(v[0]), int(v[1])) for k, v in recorded.items()}
-    document["ranges"] = {k: [int(a), int(b)] for k, (a, b) in sorted(planned.items())}
-    storage.put_record(name, json.dumps(document).encode())
-    return {k: (int(a), int(b)) for k, (a, b) in planned.items()}

@@ -1,17 +1,5 @@
-"""Executor side of a Kafka query whose tasks own their partitions: a task's records of a batch,
-read straight from the broker on the executor that runs it (Samza's model), and its output
-written to a topic from there.
-
-Task ``Partition p`` (``group-by-partition``) reads partition p of every input topic, each over
-the batch's offset range ``[start, end)`` the driver planned (:mod:`locality.spark.kafka`). A
-virtual task (SEP-32: ``Partition p`` split into ``f`` key buckets) reads the whole partition
-and keeps the records whose key hashes to its bucket (``key_hash(key) mod f``; a record without
-a key hashes its offset, as SEP-32 says); so each of the ``f`` tasks of a partition reads it once.
-
-The records become the function's columns through ``decode`` (on the executor; default: the
-key and the value as UTF-8 strings, plus Spark's Kafka columns ``topic``, ``partition``,
-``offset``, ``timestamp``, ``timestampType``), and every row gets the task's key group (one per
-task: ``p x f + bucket``).
+"""Executor side of a stateful query's Kafka output: a task's output rows written to a topic from
+the executor that produced them.
 
 :class:`KafkaTaskOutput` writes a task's output rows to a topic: in one Kafka transaction per
 task and batch under one stable ``transactional.id`` per task (``<query>-<task>``): an attempt
@@ -27,107 +15,28 @@ again. Imports confluent-kafka (through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from locality.spark.state.durable import Storage, output_name
-from locality.spark.state.pinned_task import GROUP_COLUMN
 
 if TYPE_CHECKING:
     import pandas as pd
-    import pyarrow as pa
 
-    from locality.spark.kafka import KafkaClientConfig, OffsetRange
+    from locality.spark.kafka import KafkaClientConfig
 
 __all__ = [
     "KafkaDecodeError",
-    "KafkaTaskInput",
     "KafkaTaskOutput",
     "KeptOutput",
     "Publisher",
-    "decode_utf8",
-    "in_bucket",
     "publish_group",
     "transactional_id",
 ]
 
 
 class KafkaDecodeError(ValueError):
-    """A task's records could not be turned into the function's columns."""
-
-
-def decode_utf8(records: pa.Table) -> pa.Table:
-    """The default ``decode``: ``key`` and ``value`` as UTF-8 strings, the other columns as read."""
-    import pyarrow as pa
-
-    try:
-        key = records.column("key").cast(pa.string())
-        value = records.column("value").cast(pa.string())
-    except pa.ArrowInvalid as exc:
-        raise KafkaDecodeError(
-            f"a record's key or value is not UTF-8 text ({exc}); pass decode= to read it"
-        ) from None
-    return records.set_column(0, "key", key).set_column(1, "value", value)
-
-
-def in_bucket(
-    records: pa.Table, bucket: int, factor: int, key_hash: Callable[..., int]
-) -> pa.Table:
-    """The records whose key is in SEP-32 bucket ``bucket`` of ``factor`` (a null key: its
-    offset's). Each distinct key is hashed once."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if factor == 1 or records.num_rows == 0:
-        return records
-    encoded = pc.dictionary_encode(records.column("key")).combine_chunks()
-    buckets = np.array(
-        [key_hash(bytes(k)) % factor for k in encoded.dictionary.to_pylist()] or [0], dtype=np.int64
-    )
-    indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
-    keep = buckets[indices] == bucket
-    nulls = np.asarray(encoded.indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    if nulls.any():
-        offsets = records.column("offset").to_numpy()
-        by_offset = np.array([key_hash(None, offset=int(o)) % factor == bucket for o in offsets])
-        keep = np.where(nulls, by_offset, keep)
-    return records.filter(pa.array(keep))
-
-
-@dataclass(frozen=True)
-class KafkaTaskInput:
-    """The ``source`` of a Kafka query's pinned tasks: task -> its records of the batch, read
-    whole into one table (the runner sorts it by key in memory, so this path's executor memory
-    grows with the batch: the records come from the broker in offset order, not by key, and
-    only a sort that spills could bound it; ``readStream.format("affinity-kafka")`` into
-    ``stateful_foreach_batch`` has Spark's sort do that)."""
-
-    client: KafkaClientConfig
-    ranges: Mapping[str, tuple[OffsetRange, ...]]  # task -> its partition of every input topic
-    buckets: Mapping[
-        str, tuple[int, int]
-    ]  # task -> (bucket, factor); factor 1: the whole partition
-    key_groups: Mapping[str, int]  # task -> its key group
-    key_hash: Callable[..., Any]  # SEP-32's stable hash (groupers.keys.stable_hash)
-    decode: Callable[[pa.Table], pa.Table] = decode_utf8
-
-    def __call__(self, task: str) -> pa.Table:
-        import pyarrow as pa
-
-        from locality.spark.kafka import read_ranges
-
-        records = read_ranges(self.client, self.ranges[task])
-        bucket, factor = self.buckets[task]
-        records = in_bucket(records, bucket, factor, self.key_hash)
-        table = self.decode(records)
-        if not isinstance(table, pa.Table):
-            raise KafkaDecodeError(
-                f"decode must return a pyarrow Table, got {type(table).__name__}"
-            )
-        group = pa.array([self.key_groups[task]] * table.num_rows, pa.int64())
-        return table.append_column(GROUP_COLUMN, group)
+    """A task's output could not be read back or turned into records."""
 
 
 @dataclass(frozen=True)

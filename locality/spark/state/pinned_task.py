@@ -27,9 +27,9 @@ and the found type, and nothing of the batch is checkpointed or delivered. Outpu
 yielded before a failure go nowhere: Spark keeps a task's output only when the task succeeds
 (the stage's output is persisted block by block, a failed task's block is discarded and the
 task run again). It refuses to run a batch this driver committed already (a DataFrame handed to
-the sink, used again after the commit, would otherwise do the batch's work again). A task whose
-rows it reads itself (``source``: the Kafka query's records) or ``in_memory`` (the way before
-the JVM sort, kept to measure it) sorts its whole partition in memory. Imports pandas and
+the sink, used again after the commit, would otherwise do the batch's work again). A task run
+``in_memory`` (a task expected to read few rows, or the way before the JVM sort, kept to
+measure it) sorts its whole partition in memory. Imports pandas and
 pyarrow lazily (they are on the executors for ``mapInArrow``).
 """
 
@@ -178,9 +178,6 @@ class PinnedTaskRunner:
     heads: Mapping[int, str] | None = None  # the start commit's chain heads (None: format 1)
     epoch: int = 0  # the driver epoch running the batch (its commit record's name)
     watermark: Watermark | None = None  # the batch's watermarks (None: no event-time column)
-    # Where a task's rows come from: None, the shuffle partition it runs on; else a function of
-    # the task giving its rows (the function's columns and GROUP_COLUMN), e.g. its Kafka ranges.
-    source: Callable[[str], pa.Table] | None = None
     # Where a task's output goes besides the stage's rows: None, nowhere; else a function of
     # (task, batch, output rows, attempt token) that writes them (e.g. to a Kafka topic, or kept
     # with the checkpoint to be published after the commit) before the task ends.
@@ -253,24 +250,16 @@ class PinnedTaskRunner:
     ) -> tuple[Iterable[pa.RecordBatch], tuple[str, ...], list[KeyRun]]:
         """The task's rows as Arrow batches sorted by key group and key, the function's columns
         and the initial state's rows per key: the stage's own rows as Spark sorted them, else
-        (the rows ``source`` reads, ``in_memory``, an initial state) one table sorted here."""
+        (``in_memory``, an initial state) one table sorted here."""
         import pyarrow as pa
 
-        if self.source is None and not self.in_memory and not self.initial_columns:
+        if not self.in_memory and not self.initial_columns:
             return batches, self.input_columns, []
-        if self.source is None:
-            received = list(batches)
-            if not received:
-                return (), self.input_columns, []
-            table = pa.Table.from_batches(received)
-            columns = self.input_columns
-        else:
-            for _ in batches:  # the stage's rows only say which task runs where
-                pass
-            table = self.source(task)
-            columns = tuple(c for c in table.column_names if c not in (GROUP_COLUMN, TASK_COLUMN))
-        table, initial = self._split_initial(table)
-        return sort_rows(table, self.spec.key_columns).to_batches(), columns, initial
+        received = list(batches)
+        if not received:
+            return (), self.input_columns, []
+        table, initial = self._split_initial(pa.Table.from_batches(received))
+        return sort_rows(table, self.spec.key_columns).to_batches(), self.input_columns, initial
 
     def _split_initial(self, table: pa.Table) -> tuple[pa.Table, list[KeyRun]]:
         """The batch's rows, and the initial state's per key (with its own column names)."""
