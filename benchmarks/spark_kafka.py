@@ -1,5 +1,6 @@
-"""Kafka end to end: records/s of a Kafka query whose tasks own their partitions and of
-``stateful_foreach_batch`` over Spark's own Kafka source with its partitions pinned, against
+"""Kafka end to end: records/s of ``stateful_kafka_query`` (tasks that own their partitions) and
+of ``stateful_foreach_batch`` over Spark's own Kafka source with its partitions pinned (the same
+path, the one a JSON ``decode`` in Python, the other Spark's ``from_json``), against
 Spark's own ``applyInPandasWithState`` over Spark's Kafka connector, on the same records, through
 an executor loss and an application restart.
 
@@ -55,8 +56,9 @@ def markdown(results: list[dict[str, Any]], load: str) -> str:
         f"`benchmarks/spark_kafka.py` on {machine()}; load average at the end: {load}. A topic of "
         f"{PARTITIONS} partitions on a real broker (Kafka 4.4.0, KRaft), {USERS:,} users x {PAD:,} "
         "characters of state; a fill batch, then per phase its batches; 3 workers of one core, "
-        "executors of 1 GB. affinity: a Kafka query whose tasks read their partitions on their "
-        "executors (output to a topic too); affinity-source: the same function through "
+        "executors of 1 GB. affinity: `stateful_kafka_query` (the pinned source below in one call, "
+        "the JSON decoded by a Python `decode` in a `mapInArrow`; output to a topic too); "
+        "affinity-source: the same function through "
         '`stateful_foreach_batch` over `format("affinity-kafka")` (Spark\'s Kafka source, its '
         "partitions pinned: one availableNow run per batch, no shuffle); spark: "
         "`applyInPandasWithState` over Spark's Kafka connector 4.2.0 with the RocksDB state store."

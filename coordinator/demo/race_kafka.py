@@ -150,17 +150,19 @@ class KafkaSparkWay(SparkWay):
 
 
 class KafkaAffinityWay(AffinityWay):
-    """The same function as a Kafka query whose tasks own their partitions."""
+    """The same function as a Kafka query whose tasks own their partitions: one
+    ``run_batch()`` (an ``availableNow`` run of one Spark batch, no cap) per race batch."""
 
     def __init__(self, source: KafkaRaceInput, checkpoint: Path, config: JobConfig) -> None:
         super().__init__(source, checkpoint, config)
         self.kafka = source
+        self.kafka_query: Any = None
 
     def start(self, session: Any) -> None:
         from coordinator.streaming.kafka_query import stateful_kafka_query
 
         self.session = session
-        self.handler = stateful_kafka_query(
+        self.kafka_query = stateful_kafka_query(
             count_clicks_random,
             spark=session,
             kafka=self.kafka.servers,
@@ -172,21 +174,23 @@ class KafkaAffinityWay(AffinityWay):
             output_topic=self.kafka.output_topic,
             output_key_column="user",
             decode=decode_clicks,
+            max_records_per_batch=None,
+            checkpoint_location=str(self.checkpoint),
         )
+        self.handler = self.kafka_query.handler
 
     def run(self, phase: str) -> list[RaceBatch]:
         """One batch: everything the topic has that was not committed yet."""
-        report = self.handler.run_batch()
+        report = self.kafka_query.run_batch()
         if report is None:
             raise RuntimeError("the Kafka query found no new record for the race batch")
-        self.last = report.batch
-        self._note_assignment()
-        self.versions.add(report.version)
-        return [self.race_batch(report, phase, report.seconds)]
+        self.query = self.kafka_query.streaming_query  # its progress: the batch's seconds
+        return self.collect(phase)
 
     def stop(self) -> None:
-        if self.handler is not None:
-            self.handler.close()
+        if self.kafka_query is not None:
+            self.kafka_query.close()
+            self.kafka_query = self.handler = self.query = None
 
 
 class PinnedSourceAffinityWay(AffinityWay):

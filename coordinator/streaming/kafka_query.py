@@ -111,6 +111,7 @@ class KafkaQuery:
         self.checkpoint_location = checkpoint_location or _default_checkpoint(config)
         self.options = self._source_options(starting, fail_on_data_loss, source_options or {})
         self._failure: BaseException | None = None
+        self.streaming_query: Any = None  # the Spark query run_batch/run/start started last
 
     # ------------------------------------------------------------------ the stream
 
@@ -176,7 +177,8 @@ class KafkaQuery:
             .writeStream.foreachBatch(self._handle)
             .option("checkpointLocation", self.checkpoint_location)
         )
-        return (writer.trigger(**trigger) if trigger else writer).start()
+        self.streaming_query = (writer.trigger(**trigger) if trigger else writer).start()
+        return self.streaming_query
 
     def run_batch(self) -> BatchReport | None:
         """Run one batch of what is new (at most ``max_records_per_batch`` records) and return
@@ -198,6 +200,7 @@ class KafkaQuery:
             .trigger(availableNow=True)
             .start()
         )
+        self.streaming_query = query
         try:
             query.awaitTermination()
         except Exception as exc:
