@@ -2,10 +2,10 @@
 ``output_topic``) or ``"at-least-once"``.
 
 - **at least once**: each task writes its output in one transaction per task and batch while it
-  runs (:class:`locality.spark.state.kafka_task.KafkaTaskOutput`); a batch run again after a
+  runs (:class:`locality.spark.state.task_output.KafkaTaskOutput`); a batch run again after a
   failure before its commit writes it again.
 - **exactly once** (*publish after commit*): each task keeps its output with its checkpoint,
-  durable and named for its attempt (:class:`~locality.spark.state.kafka_task.KeptOutput`);
+  durable and named for its attempt (:class:`~locality.spark.state.task_output.KeptOutput`);
   once the driver committed the batch, one pinned Spark task per affinity task publishes the
   committed attempt's output in one transaction together with the task's publish mark
   (:func:`locality.spark.kafka.publish.publish_once`): a publish retried after any failure, or
@@ -34,7 +34,7 @@ from locality.spark import run_pinned
 from locality.spark.kafka import KafkaClientConfig, as_client_config
 from locality.spark.state import CommitRecord, Storage
 from locality.spark.state.durable import prune_outputs
-from locality.spark.state.kafka_task import KafkaTaskOutput, KeptOutput, Publisher
+from locality.spark.state.task_output import KafkaTaskOutput, KeptOutput, Publisher
 
 __all__ = ["DELIVERIES", "KafkaOutput"]
 

@@ -28,7 +28,7 @@ from coordinator.launchers.zookeeper import EmbeddedZooKeeper
 from coordinator.streaming.kafka_query import KafkaQuery, stateful_kafka_query
 from locality.spark.kafka import OffsetRange, end_offsets, read_range
 from locality.spark.state import latest_commit
-from locality.spark.state.kafka_task import Publisher
+from locality.spark.state.task_output import Publisher
 
 pytestmark = pytest.mark.spark
 

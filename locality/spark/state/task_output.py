@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from locality.spark.kafka import KafkaClientConfig
 
 __all__ = [
-    "KafkaDecodeError",
+    "KeptOutputMissing",
     "KafkaTaskOutput",
     "KeptOutput",
     "Publisher",
@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 
-class KafkaDecodeError(ValueError):
-    """A task's output could not be read back or turned into records."""
+class KeptOutputMissing(ValueError):
+    """A batch's kept output is gone before it was published: it cannot be published."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Publisher:
         if data is None:  # published, and pruned after (a new driver publishing what is owed)
             if published_batch(self.client, group, self.topic) >= batch:
                 return 0
-            raise KafkaDecodeError(
+            raise KeptOutputMissing(
                 f"batch {batch}, task {task}: its kept output {output_name(batch, task, token)} "
                 "is missing: it cannot be published"
             )
