@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from coordinator.config import JobConfig
+from groupers import get_ssp_grouper
 from locality.spark.kafka import KafkaPartition, OffsetRange
 from metadata.model import TaskModel
 
@@ -96,3 +98,19 @@ def partitions_added(configured: int, now: int, *, embedded: bool) -> bool:
             "never removed)"
         )
     return True
+
+
+def config_layout(config: JobConfig) -> KafkaLayout:
+    """The layout of ``config``'s tasks over its Kafka topics (one partition count, a
+    ``group-by-partition`` grouper); :class:`KafkaLayoutError` saying why there is none."""
+    inputs = config.stream_inputs()
+    counts = {i.stream: i.partitions for i in inputs}
+    others = [f"{i.system}:{i.stream}" for i in inputs if i.system != "kafka"]
+    if not inputs or others:
+        raise KafkaLayoutError(f"the inputs are not all Kafka topics ({others or 'none'})")
+    if len(set(counts.values())) != 1:
+        raise KafkaLayoutError(f"the input topics are not co-partitioned (partitions {counts})")
+    grouper = get_ssp_grouper(config.ssp_grouper.name, **dict(config.ssp_grouper.options))
+    return KafkaLayout.of(
+        grouper.group(inputs), tuple(counts), inputs[0].partitions, config.state.max_parallelism
+    )

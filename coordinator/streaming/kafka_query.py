@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, Unpack
 
 from coordinator.config import JobConfig
+from coordinator.streaming.kafka_layout import KafkaLayoutError, config_layout
 from coordinator.streaming.kafka_offsets import StartingOffsets, batch_cap
 from coordinator.streaming.kafka_progress import consumer_group
 from coordinator.streaming.options import QueryOptions
@@ -92,6 +93,10 @@ class KafkaQuery:
             starting = StartingOffsets.parse(starting_offsets, self.topics)
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None
+        try:
+            config_layout(config)
+        except KafkaLayoutError as exc:
+            raise StreamingUsageError(f"a Kafka query's tasks own its partitions: {exc}") from None
         self.handler = StatefulQuery(
             func,
             key_columns=key_columns,
@@ -103,11 +108,6 @@ class KafkaQuery:
             event_time=event_time,
             **options,
         )
-        if self.handler.kafka_layout is None:
-            raise StreamingUsageError(
-                "a Kafka query's tasks own their partitions: the job config needs the "
-                "group-by-partition grouper over its Kafka topics (ssp_grouper)"
-            )
         self.checkpoint_location = checkpoint_location or _default_checkpoint(config)
         self.options = self._source_options(starting, fail_on_data_loss, source_options or {})
         self._failure: BaseException | None = None

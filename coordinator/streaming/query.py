@@ -47,7 +47,7 @@ from coordinator.config import JobConfig
 from coordinator.streaming.driver_path import run_driver_stage
 from coordinator.streaming.heartbeat import drop_heartbeats
 from coordinator.streaming.initial_state import InitialState
-from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError
+from coordinator.streaming.kafka_layout import KafkaLayout, KafkaLayoutError, config_layout
 from coordinator.streaming.kafka_offsets import OffsetsBehindError, spark_batch_offsets
 from coordinator.streaming.kafka_progress import KafkaProgress
 from coordinator.streaming.kafka_stage import partition_tasks, run_partitioned_stage
@@ -353,16 +353,8 @@ def largest_task_rows(ranges: dict[KafkaPartition, tuple[int, int]]) -> int:
 def _kafka_layout(config: JobConfig) -> KafkaLayout | None:
     """The tasks' Kafka partitions and key buckets when the job's inputs are Kafka topics of one
     partition count whose partitions its tasks own (``group-by-partition``); None otherwise."""
-    inputs = config.stream_inputs()
-    counts = {i.partitions for i in inputs}
-    if not inputs or any(i.system != "kafka" for i in inputs) or len(counts) != 1:
-        return None
-    options = dict(config.ssp_grouper.options)
-    tasks = get_ssp_grouper(config.ssp_grouper.name, **options).group(inputs)
     try:
-        return KafkaLayout.of(
-            tasks, [i.stream for i in inputs], counts.pop(), config.state.max_parallelism
-        )
+        return config_layout(config)
     except KafkaLayoutError:
         return None
 

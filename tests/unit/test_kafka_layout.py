@@ -83,6 +83,16 @@ def test_bad_use_is_named_before_anything_runs(tmp_path: Path) -> None:
         _query(tmp_path, timeout="EventTimeTimeout")
     with pytest.raises(StreamingUsageError, match=r"must all be Kafka topics .*'spark:clicks'"):
         _query(tmp_path, data=files_of(tmp_path, "spark"))
+    two = {**files_of(tmp_path, "kafka"), "inputs": [
+        {"system": "kafka", "stream": "a", "partitions": 2},
+        {"system": "kafka", "stream": "b", "partitions": 3}]}  # fmt: skip
+    with pytest.raises(StreamingUsageError, match=r"not co-partitioned \(partitions \{'a': 2"):
+        _query(tmp_path, data=two)
+    small = {**files_of(tmp_path, "kafka"), "ssp_grouper": {
+        "name": "group-by-partition", "options": {"elasticity_factor": 4}},
+        "state": {"checkpoint_dir": str(tmp_path / "d"), "max_parallelism": 2}}  # fmt: skip
+    with pytest.raises(StreamingUsageError, match=r"own its partitions: .*max_parallelism"):
+        _query(tmp_path, data=small)
 
 
 def files_of(tmp_path: Path, system: str) -> dict[str, Any]:
