@@ -107,7 +107,9 @@ def config_layout(config: JobConfig) -> KafkaLayout:
     counts = {i.stream: i.partitions for i in inputs}
     others = [f"{i.system}:{i.stream}" for i in inputs if i.system != "kafka"]
     if not inputs or others:
-        raise KafkaLayoutError(f"the inputs are not all Kafka topics ({others or 'none'})")
+        raise KafkaLayoutError(
+            f"the inputs must all be Kafka topics (system: kafka), got {others or 'none'}"
+        )
     if len(set(counts.values())) != 1:
         raise KafkaLayoutError(f"the input topics are not co-partitioned (partitions {counts})")
     grouper = get_ssp_grouper(config.ssp_grouper.name, **dict(config.ssp_grouper.options))

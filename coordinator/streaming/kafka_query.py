@@ -87,16 +87,16 @@ class KafkaQuery:
     ) -> None:
         self.spark, self.decode = spark, decode
         self.client = as_client_config(kafka)
-        self.topics = _kafka_topics(config)
+        try:
+            layout = config_layout(config)
+        except KafkaLayoutError as exc:
+            raise StreamingUsageError(f"a Kafka query's tasks own its partitions: {exc}") from None
+        self.topics, self.factor = layout.topics, layout.factor
         try:
             self.max_records = batch_cap(max_records_per_batch)
             starting = StartingOffsets.parse(starting_offsets, self.topics)
         except ValueError as exc:
             raise StreamingUsageError(str(exc)) from None
-        try:
-            config_layout(config)
-        except KafkaLayoutError as exc:
-            raise StreamingUsageError(f"a Kafka query's tasks own its partitions: {exc}") from None
         self.handler = StatefulQuery(
             func,
             key_columns=key_columns,
@@ -140,7 +140,7 @@ class KafkaQuery:
             "kafka.bootstrap.servers": self.client.bootstrap_servers,
             **{f"kafka.{name}": str(value) for name, value in self.client.options.items()},
             "subscribe": ",".join(self.topics),
-            TASKS_OPTION: str(self.handler.kafka_layout.factor if self.handler.kafka_layout else 1),
+            TASKS_OPTION: str(self.factor),
             "startingOffsets": self._spark_offsets(starting),
             "failOnDataLoss": "true" if fail_on_data_loss else "false",
             "kafka.isolation.level": "read_committed",
@@ -290,14 +290,3 @@ def _default_checkpoint(config: JobConfig) -> str:
             "which is not set: set it, or pass checkpoint_location="
         )
     return os.path.join(config.state.checkpoint_dir, "spark-checkpoint")
-
-
-def _kafka_topics(config: JobConfig) -> tuple[str, ...]:
-    inputs = config.stream_inputs()
-    others = [f"{i.system}:{i.stream}" for i in inputs if i.system != "kafka"]
-    if not inputs or others:
-        raise StreamingUsageError(
-            "a Kafka query's inputs must all be Kafka topics (system: kafka), got "
-            f"{others or 'none'}"
-        )
-    return tuple(sorted(i.stream for i in inputs))
